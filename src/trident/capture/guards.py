@@ -1,0 +1,416 @@
+"""The guards of one specialization: what a call must satisfy for its compiled code to be correct.
+
+Built from the call's facts and the trace's fake inputs and ShapeEnv. Each guard has a native lowering
+(lowering/lower_guards.py) and a Python explanation (`failure`), used by `trident.explain` and miss logs;
+both check exactly the same thing.
+
+Symbolic sizes: every symbol is bound from the first input property that is exactly that symbol; every
+other property must equal its expression; then the ShapeEnv's guards and value ranges must hold.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import sympy
+import torch
+
+from .inputs import ALIGNMENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact
+from .trace import Trace
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceGuard:
+    fact: SequenceFact
+
+    def describe(self) -> str:
+        kind = "tuple" if self.fact.kind == 1 else "list"
+        return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorGuard:
+    """Type, dtype, device, rank, flags and alignment of a tensor leaf (sizes are PropertyGuards)."""
+
+    path: LeafPath
+    fact: TensorFact
+
+    def describe(self) -> str:
+        f = self.fact
+        kind = "Parameter" if f.type_tag == 2 else "Tensor"
+        extra = " requires_grad" if f.requires_grad else ""
+        return (
+            f"{self.path.name}: {kind} {str(f.dtype).removeprefix('torch.')} {f.device} rank {len(f.sizes)}"
+            f"{' aligned' if f.aligned else ' unaligned'}(16){extra}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PropertyGuard:
+    """size(dim) / stride(dim) / storage_offset() of a tensor leaf, or an int leaf's value ("int"), equals
+    `expr` (a sympy integer or an expression over bound symbols)."""
+
+    path: LeafPath
+    prop: str  # "size", "stride", "offset", "int"
+    dim: int
+    expr: sympy.Expr
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolBinding:
+    """Symbol `symbol` takes the value of a property of a leaf ("size"/"stride"/"offset", or "int")."""
+
+    symbol: sympy.Symbol
+    path: LeafPath
+    prop: str
+    dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarGuard:
+    """An int / float / bool / None leaf. value None on an int means any int (bound to a symbol)."""
+
+    path: LeafPath
+    kind: LeafKind
+    value: object
+
+    def describe(self) -> str:
+        if self.kind is LeafKind.NONE:
+            return f"{self.path.name}: None"
+        if self.value is None:
+            return f"{self.path.name}: any {self.kind.value}"
+        return f"{self.path.name}: {self.kind.value} == {self.value!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityGuard:
+    """Any other object: the very object seen at capture (held in the context's constants)."""
+
+    path: LeafPath
+    constant_index: int
+    type_name: str
+
+    def describe(self) -> str:
+        return f"{self.path.name}: the same {self.type_name} object as at capture"
+
+
+@dataclasses.dataclass(frozen=True)
+class RelationGuard:
+    """A relation among symbols the traced program relied on (from the ShapeEnv)."""
+
+    expr: sympy.Basic
+
+    def describe(self) -> str:
+        return str(self.expr)
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalStateGuard:
+    """Grad mode, autocast, inference mode and default dtype, packed as trident_global_state() packs them."""
+
+    state: int
+
+    def describe(self) -> str:
+        return f"global state: {describe_global_state(self.state)}"
+
+
+@dataclasses.dataclass
+class GuardSet:
+    sequences: list[SequenceGuard]
+    tensors: list[TensorGuard]
+    scalars: list[ScalarGuard]
+    identities: list[IdentityGuard]
+    bindings: list[SymbolBinding]
+    properties: list[PropertyGuard]
+    relations: list[RelationGuard]
+    global_state: GlobalStateGuard
+    identity_objects: list[object]  # held by the context, compared by address natively
+
+    def symbols(self) -> dict[sympy.Symbol, SymbolBinding]:
+        return {b.symbol: b for b in self.bindings}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Global state
+
+
+_DTYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.complex32: 8, torch.complex64: 9, torch.complex128: 10,
+    torch.bool: 11, torch.bfloat16: 15,
+}  # fmt: skip
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """c10::ScalarType value of a dtype, as the runtime reports it."""
+    if dtype in _DTYPE_CODES:
+        return _DTYPE_CODES[dtype]
+    # Other dtypes: torch exposes the enum through this private map; fall back to it.
+    from torch._C import _get_scalar_type_code  # type: ignore[attr-defined]  # pragma: no cover
+
+    return int(_get_scalar_type_code(dtype))  # pragma: no cover
+
+
+def current_global_state() -> int:
+    autocast = any(
+        torch.is_autocast_enabled(device) for device in ("cpu", "cuda")
+    )
+    return (
+        int(torch.is_grad_enabled())
+        | int(autocast) << 1
+        | int(torch.is_inference_mode_enabled()) << 2
+        | dtype_code(torch.get_default_dtype()) << 8
+    )
+
+
+def describe_global_state(state: int) -> str:
+    code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
+    dtype = code_to_dtype.get((state >> 8) & 0xFF, f"dtype#{(state >> 8) & 0xFF}")
+    return (
+        f"grad {'on' if state & 1 else 'off'}, autocast {'on' if state & 2 else 'off'}, "
+        f"inference mode {'on' if state & 4 else 'off'}, default dtype {str(dtype).removeprefix('torch.')}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building
+
+
+def _expr(value: object) -> sympy.Expr:
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return sympy.Integer(int(value))  # type: ignore[call-overload]
+
+
+def build_guards(facts: CallFacts, trace: Trace) -> GuardSet:
+    guards = GuardSet([], [], [], [], [], [], [], GlobalStateGuard(current_global_state()), [])
+    guards.sequences = [SequenceGuard(s) for s in facts.sequences]
+    properties: list[tuple[LeafPath, str, int, sympy.Expr]] = []
+
+    def tensor_properties(path: LeafPath, fake: torch.Tensor) -> None:
+        for d in range(fake.dim()):
+            properties.append((path, "size", d, _expr(fake.size(d))))
+        properties.append((path, "offset", 0, _expr(fake.storage_offset())))
+        for d in range(fake.dim()):
+            properties.append((path, "stride", d, _expr(fake.stride(d))))
+
+    for index, leaf in enumerate(facts.leaves):
+        if leaf.kind is LeafKind.TENSOR:
+            assert leaf.tensor is not None
+            guards.tensors.append(TensorGuard(leaf.path, leaf.tensor))
+            tensor_properties(leaf.path, trace.fake_leaves[index])  # type: ignore[arg-type]
+        elif leaf.kind is LeafKind.INT and index in trace.fake_leaves:
+            guards.scalars.append(ScalarGuard(leaf.path, leaf.kind, None))
+            properties.append((leaf.path, "int", 0, _expr(trace.fake_leaves[index])))
+        elif leaf.kind is LeafKind.OBJECT:
+            guards.identities.append(
+                IdentityGuard(leaf.path, len(guards.identity_objects), type(leaf.value).__name__)
+            )
+            guards.identity_objects.append(leaf.value)
+        else:
+            guards.scalars.append(ScalarGuard(leaf.path, leaf.kind, leaf.value))
+
+    from .inputs import tensor_fact
+
+    for i, (constant, fake) in enumerate(zip(trace.constants, trace.fake_constants)):
+        path = LeafPath(-1, (i,), f"constant #{i} {tuple(constant.shape)}")
+        fact = tensor_fact(constant)
+        if fact is None:
+            from .. import exc
+
+            raise exc.UnsupportedArgument(
+                f"the function closes over a {type(constant).__name__} that is not a plain strided tensor"
+            )
+        guards.tensors.append(TensorGuard(path, fact))
+        tensor_properties(path, fake)
+
+    bound: set[sympy.Symbol] = set()
+    for path, prop, dim, expr in properties:
+        if isinstance(expr, sympy.Symbol) and expr not in bound:
+            bound.add(expr)
+            guards.bindings.append(SymbolBinding(expr, path, prop, dim))
+        else:
+            guards.properties.append(PropertyGuard(path, prop, dim, expr))
+    guards.relations = _shape_env_relations(trace, bound)
+    return guards
+
+
+def _shape_env_relations(trace: Trace, bound: set[sympy.Symbol]) -> list[RelationGuard]:
+    shape_env = trace.shape_env
+    relations: list[RelationGuard] = []
+    seen: set[sympy.Basic] = set()
+    for guard in shape_env.guards:
+        expr = guard.expr
+        if expr in seen or expr == sympy.true:
+            continue
+        seen.add(expr)
+        relations.append(RelationGuard(expr))
+    # Value ranges the trace assumed (sizes >= 2 once 0/1 were specialized away, bounds learned from guards).
+    for symbol in sorted(bound, key=str):
+        vr = shape_env.var_to_range.get(symbol)
+        if vr is None:
+            continue
+        if isinstance(vr.lower, sympy.Integer):  # unbounded ends are int_oo, not Integer
+            relations.append(RelationGuard(sympy.Ge(symbol, sympy.Integer(int(vr.lower)))))
+        if isinstance(vr.upper, sympy.Integer):
+            relations.append(RelationGuard(sympy.Le(symbol, sympy.Integer(int(vr.upper)))))
+    unbound = set().union(*(r.expr.free_symbols for r in relations)) - bound if relations else set()
+    if unbound:
+        from .. import exc
+
+        raise exc.UnsupportedConstruct(
+            f"the trace relied on sizes that are not inputs' sizes or ints ({sorted(map(str, unbound))})"
+        )
+    return relations
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Python explanations (miss reasons): the same checks as the native guards, phrased for the user.
+
+
+def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[object]) -> object:
+    if path.is_constant:
+        return constants[path.items[0]]
+    value = args[path.param]
+    for i in path.items:
+        value = value[i]  # type: ignore[index]
+    return value
+
+
+def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[object]) -> str | None:
+    """Why a call does not match, in the user's words, or None if every guard holds."""
+    from .inputs import classify, tensor_fact
+
+    for g in guards.sequences:
+        try:
+            value = leaf_value(g.fact.path, args, constants)
+        except (IndexError, TypeError):
+            return f"argument '{g.fact.path.name}': missing"
+        kind = "tuple" if g.fact.kind == 1 else "list"
+        if type(value).__name__ != kind:
+            return f"argument '{g.fact.path.name}': expected a {kind}, got {type(value).__name__}"
+        if len(value) != g.fact.length:  # type: ignore[arg-type]
+            return f"argument '{g.fact.path.name}': length mismatch: expected {g.fact.length}, got {len(value)}"  # type: ignore[arg-type]
+    for tg in guards.tensors:
+        value = leaf_value(tg.path, args, constants)
+        where = f"argument '{tg.path.name}'" if not tg.path.is_constant else tg.path.name
+        if not isinstance(value, torch.Tensor):
+            return f"{where}: expected a tensor, got {type(value).__name__}"
+        fact = tensor_fact(value)
+        if fact is None:
+            return f"{where}: {type(value).__name__} with layout {value.layout} is not a plain strided tensor"
+        want = tg.fact
+        for name, expected, got in (
+            ("type", want.type_tag, fact.type_tag),
+            ("dtype", want.dtype, fact.dtype),
+            ("device", want.device, fact.device),
+            ("rank", len(want.sizes), len(fact.sizes)),
+            ("requires_grad", want.requires_grad, fact.requires_grad),
+            ("conj bit", want.is_conj, fact.is_conj),
+            ("neg bit", want.is_neg, fact.is_neg),
+            (f"{ALIGNMENT}-byte alignment of the data pointer", want.aligned, fact.aligned),
+        ):
+            if expected != got:
+                return f"{where}: {name} mismatch: expected {expected}, got {got}"
+    for sg in guards.scalars:
+        value = leaf_value(sg.path, args, constants)
+        if classify(value) is not sg.kind:
+            return f"argument '{sg.path.name}': expected {sg.kind.value}, got {type(value).__name__}"
+        if sg.value is not None and sg.kind is not LeafKind.NONE and not _same_scalar(value, sg.value):
+            return f"argument '{sg.path.name}': value mismatch: expected {sg.value!r}, got {value!r}"
+    for ig in guards.identities:
+        value = leaf_value(ig.path, args, constants)
+        if value is not guards.identity_objects[ig.constant_index]:
+            return f"argument '{ig.path.name}': not the same {ig.type_name} object as at capture"
+    env: dict[sympy.Symbol, int] = {}
+    for b in guards.bindings:
+        env[b.symbol] = _property(leaf_value(b.path, args, constants), b.prop, b.dim)
+    for pg in guards.properties:
+        actual = _property(leaf_value(pg.path, args, constants), pg.prop, pg.dim)
+        expected = int(pg.expr.xreplace(env))  # type: ignore[arg-type]
+        if actual != expected:
+            where = pg.path.name if pg.path.is_constant else f"argument '{pg.path.name}'"
+            what = {"offset": "storage offset mismatch", "int": "value mismatch"}.get(
+                pg.prop, f"{pg.prop} mismatch at dim {pg.dim}"
+            )
+            return f"{where}: {what}: expected {expected}, got {actual}"
+    for rg in guards.relations:
+        if not bool(rg.expr.xreplace(env)):
+            values = ", ".join(f"{s} = {env[s]}" for s in sorted(rg.expr.free_symbols, key=str) if s in env)  # type: ignore[index]
+            return f"size relation {rg.expr} does not hold ({values}); {_symbol_sources(rg, guards)}"
+    state = current_global_state()
+    if state != guards.global_state.state:
+        return (
+            f"global state mismatch: expected {describe_global_state(guards.global_state.state)}, "
+            f"got {describe_global_state(state)}"
+        )
+    return None
+
+
+def _symbol_sources(rg: RelationGuard, guards: GuardSet) -> str:
+    symbols = guards.symbols()
+    parts = []
+    for s in sorted(rg.expr.free_symbols, key=str):
+        b = symbols.get(s)  # type: ignore[call-overload]
+        if b is not None:
+            parts.append(f"{s} is {_property_name(b.path, b.prop, b.dim)}")
+    return ", ".join(parts)
+
+
+def _property_name(path: LeafPath, prop: str, dim: int) -> str:
+    if prop == "int":
+        return f"'{path.name}'"
+    if prop == "offset":
+        return f"'{path.name}'.storage_offset()"
+    return f"'{path.name}'.{prop}({dim})"
+
+
+def _property(value: object, prop: str, dim: int) -> int:
+    if prop == "int":
+        return int(value)  # type: ignore[call-overload]
+    assert isinstance(value, torch.Tensor)
+    if prop == "size":
+        return int(value.size(dim))
+    if prop == "stride":
+        return int(value.stride(dim))
+    return int(value.storage_offset())
+
+
+def _same_scalar(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        import struct
+
+        return struct.pack("<d", a) == struct.pack("<d", b)  # bitwise, as the native guard compares
+    return a == b
+
+
+def describe_guards(guards: GuardSet) -> list[str]:
+    """One line per guard, for trident.explain."""
+    lines = [g.describe() for g in guards.sequences]
+    for tg in guards.tensors:
+        lines.append(tg.describe())
+    for tg in guards.tensors:
+        sizes, strides, offset = _shape_text(tg.path, guards)
+        lines.append(f"{tg.path.name}: sizes {sizes} strides {strides} offset {offset}")
+    lines += [g.describe() for g in guards.scalars]
+    lines += [g.describe() for g in guards.identities]
+    for b in guards.bindings:
+        if b.prop == "int":
+            lines.append(f"{b.symbol} = {_property_name(b.path, b.prop, b.dim)}")
+    lines += [f"relation: {g.describe()}" for g in guards.relations]
+    lines.append(guards.global_state.describe())
+    return lines
+
+
+def _shape_text(path: LeafPath, guards: GuardSet) -> tuple[str, str, str]:
+    values: dict[tuple[str, int], str] = {}
+    for b in guards.bindings:
+        if b.path == path:
+            values[(b.prop, b.dim)] = str(b.symbol)
+    for p in guards.properties:
+        if p.path == path:
+            values[(p.prop, p.dim)] = str(p.expr)
+    rank = max([d for (prop, d) in values if prop == "size"], default=-1) + 1
+    sizes = "[" + ", ".join(values.get(("size", d), "?") for d in range(rank)) + "]"
+    strides = "[" + ", ".join(values.get(("stride", d), "?") for d in range(rank)) + "]"
+    return sizes, strides, values.get(("offset", 0), "?")

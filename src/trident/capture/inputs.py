@@ -1,0 +1,153 @@
+"""Describe a call's arguments as flat leaves with paths: what guards check and what the trace receives.
+
+A leaf is a tensor, an int, a float, a bool, None, or any other object (guarded by identity). Tuples and
+lists (exact types) are walked; their kind and length become guards themselves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+
+import torch
+
+
+class LeafKind(enum.Enum):
+    TENSOR = "tensor"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    NONE = "none"
+    OBJECT = "object"  # anything else: guarded by identity, passed to the trace as itself
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafPath:
+    """Where a leaf lives: parameter `param` then `items` indices into nested tuples/lists.
+
+    Constants the function closes over use param == -1 and items == (constant index,)."""
+
+    param: int
+    items: tuple[int, ...]
+    name: str  # how the user reads it: "x", "caches[3]", "constant W"
+
+    @property
+    def is_constant(self) -> bool:
+        return self.param < 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceFact:
+    path: LeafPath
+    kind: int  # TRIDENT_SEQ_TUPLE (1) or TRIDENT_SEQ_LIST (2), as in the runtime header
+    length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorFact:
+    type_tag: int  # TRIDENT_TYPE_TENSOR (1) or TRIDENT_TYPE_PARAMETER (2)
+    dtype: torch.dtype
+    device: torch.device
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    storage_offset: int
+    aligned: bool  # data pointer % 16 == 0
+    requires_grad: bool
+    is_conj: bool
+    is_neg: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    path: LeafPath
+    kind: LeafKind
+    value: object  # the live object of this call (never stored in a specialization)
+    tensor: TensorFact | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CallFacts:
+    leaves: tuple[Leaf, ...]
+    sequences: tuple[SequenceFact, ...]
+
+
+SEQ_TUPLE, SEQ_LIST = 1, 2
+TYPE_TENSOR, TYPE_PARAMETER = 1, 2
+ALIGNMENT = 16  # bytes; what Triton specializes pointer arguments on
+
+
+def tensor_fact(t: torch.Tensor) -> TensorFact | None:
+    """The guarded facts of a tensor, or None for a tensor the native path does not take."""
+    if type(t) is torch.Tensor:
+        tag = TYPE_TENSOR
+    elif type(t) is torch.nn.Parameter:
+        tag = TYPE_PARAMETER
+    else:
+        return None
+    if t.layout != torch.strided or t.device.type == "meta":
+        return None
+    return TensorFact(
+        type_tag=tag,
+        dtype=t.dtype,
+        device=t.device,
+        sizes=tuple(t.shape),
+        strides=tuple(t.stride()),
+        storage_offset=t.storage_offset(),
+        aligned=t.data_ptr() % ALIGNMENT == 0,
+        requires_grad=t.requires_grad,
+        is_conj=t.is_conj(),
+        is_neg=t.is_neg(),
+    )
+
+
+def classify(value: object) -> LeafKind:
+    if isinstance(value, torch.Tensor):
+        return LeafKind.TENSOR
+    if type(value) is bool:
+        return LeafKind.BOOL
+    if type(value) is int:
+        return LeafKind.INT
+    if type(value) is float:
+        return LeafKind.FLOAT
+    if value is None:
+        return LeafKind.NONE
+    return LeafKind.OBJECT
+
+
+def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallFacts:
+    """Flatten bound argument values (in parameter order) into leaves and sequence facts."""
+    leaves: list[Leaf] = []
+    sequences: list[SequenceFact] = []
+
+    def walk(value: object, path: LeafPath) -> None:
+        if type(value) in (tuple, list):
+            kind = SEQ_TUPLE if type(value) is tuple else SEQ_LIST
+            sequences.append(SequenceFact(path, kind, len(value)))  # type: ignore[arg-type]
+            for i, item in enumerate(value):  # type: ignore[arg-type]
+                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{i}]"))
+            return
+        kind = classify(value)
+        fact = tensor_fact(value) if kind is LeafKind.TENSOR else None  # type: ignore[arg-type]
+        if kind is LeafKind.TENSOR and fact is None:
+            kind = LeafKind.OBJECT  # subclasses, sparse, meta: never handled natively as tensors
+        leaves.append(Leaf(path, kind, value, fact))
+
+    for i, (name, value) in enumerate(zip(param_names, values)):
+        walk(value, LeafPath(i, (), name))
+    return CallFacts(tuple(leaves), tuple(sequences))
+
+
+def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]) -> list[object]:
+    """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`)."""
+    def build(value: object, path: LeafPath) -> object:
+        if type(value) in (tuple, list):
+            items = [build(item, LeafPath(path.param, path.items + (i,), "")) for i, item in enumerate(value)]  # type: ignore[arg-type]
+            return tuple(items) if type(value) is tuple else items
+        return by_path[_key(path)]
+
+    by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+    return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
+
+
+def _key(path: LeafPath) -> tuple[int, tuple[int, ...]]:
+    return (path.param, path.items)

@@ -1,0 +1,323 @@
+"""Trace a Python function into an FX graph of ATen ops, with the facts its guards need.
+
+Mechanism: `make_fx` over fake tensors whose sizes are static or symbolic per leaf (a ShapeEnv records every
+decision the program made about symbolic sizes). The graph is not functionalized: it lists the ATen calls
+eager would make, in order, with their in-place ops and views, so replaying it keeps eager's aliasing,
+mutation and output strides.
+
+Constants the function reads (closed-over tensors, module parameters) appear in make_fx graphs as
+`get_attr` nodes; they are lifted here into trailing placeholders so compiled code receives them through
+its context table, never as baked-in data.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import linecache
+import os
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.source import LocalSource
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    GuardOnDataDependentSymNode,
+    ShapeEnv,
+    StatelessSymbolicContext,
+)
+from torch.overrides import TorchFunctionMode
+
+from .. import exc
+from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
+
+
+@dataclasses.dataclass(frozen=True)
+class Dynamism:
+    """Which leaf properties are traced symbolically: (param, items) -> dims, and ints / offsets."""
+
+    sizes: frozenset[tuple[int, tuple[int, ...], int]] = frozenset()
+    ints: frozenset[tuple[int, tuple[int, ...]]] = frozenset()
+
+    def size_dynamic(self, path: LeafPath, dim: int) -> bool:
+        return (path.param, path.items, dim) in self.sizes
+
+    def int_dynamic(self, path: LeafPath) -> bool:
+        return (path.param, path.items) in self.ints
+
+    def union(self, other: Dynamism) -> Dynamism:
+        return Dynamism(self.sizes | other.sizes, self.ints | other.ints)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputTree:
+    """How to rebuild the function's result: a tuple/list of subtrees, or one leaf.
+
+    A leaf is ("graph", i): the i-th graph output; ("const", v): a Python value fixed at capture;
+    ("input", leaf_index): an argument returned as itself."""
+
+    kind: str  # "tuple", "list", "graph", "const", "input"
+    children: tuple[OutputTree, ...] = ()
+    index: int = 0
+    value: object = None
+
+
+@dataclasses.dataclass
+class Trace:
+    graph_module: torch.fx.GraphModule
+    # placeholder i of the graph is leaf placeholder_leaves[i] (an index into facts.leaves) for i <
+    # len(placeholder_leaves), then constants[i - len(placeholder_leaves)].
+    placeholder_leaves: list[int]
+    constants: list[torch.Tensor]
+    fake_leaves: dict[int, object]  # leaf index -> fake tensor / SymInt used in the trace
+    fake_constants: list[torch.Tensor]
+    shape_env: ShapeEnv
+    outputs: OutputTree
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Errors that point at the user's line
+
+
+_TRIDENT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def user_location(tb: traceback.StackSummary | list[traceback.FrameSummary]) -> str:
+    """'file:line: code' of the innermost frame that belongs to neither torch nor trident."""
+    for frame in reversed(tb):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_TRIDENT_DIR) or path.startswith(_TORCH_DIR) or frame.filename.startswith("<"):
+            continue
+        code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+        return f"{frame.filename}:{frame.lineno}: {code}"
+    return "<unknown location>"
+
+
+def _unsupported(construct: str, error: BaseException) -> exc.UnsupportedConstruct:
+    where = user_location(traceback.extract_tb(error.__traceback__))
+    return exc.UnsupportedConstruct(
+        f"{construct}\n  at {where}\n"
+        "  Trident compiles the function once per specialization; move this out of the jitted function "
+        "or make it independent of tensor values."
+    )
+
+
+_DATA_DEPENDENT = (
+    "reading a tensor's value in Python (.item(), .tolist(), bool(tensor), or `if`/`while` on a tensor) "
+    "is data-dependent control flow"
+)
+
+
+@contextlib.contextmanager
+def _translate_capture_errors() -> Iterator[None]:
+    try:
+        yield
+    except exc.TridentError:
+        raise
+    except (GuardOnDataDependentSymNode, DataDependentOutputException) as e:
+        raise _unsupported(_DATA_DEPENDENT, e) from None
+    except DynamicOutputShapeException as e:
+        op = str(e.args[0]) if e.args else "an operator"
+        raise _unsupported(f"{op} returns a tensor whose shape depends on tensor values", e) from None
+    except UnsupportedOperatorException as e:
+        op = str(e.args[0]) if e.args else "an operator"
+        raise _unsupported(f"operator {op} cannot be traced (no fake-tensor implementation)", e) from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Indexing with symbolic ints
+
+
+def _has_symint(index: object) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.SymInt) for i in items)
+
+
+def _basic_index(t: torch.Tensor, index: object) -> torch.Tensor:
+    """t[index] for basic indexing (ints, SymInts, slices, None, Ellipsis) built from select/slice/unsqueeze.
+
+    Tensor.__getitem__ in C++ turns a SymInt index into a plain int (a guard on its value), which would
+    recompile a decode loop every step; select() keeps it symbolic."""
+    items = index if isinstance(index, tuple) else (index,)
+    consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+    expanded: list[object] = []
+    for i in items:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (t.dim() - consumed))
+        else:
+            expanded.append(i)
+    out, dim = t, 0
+    for i in expanded:
+        if i is None:
+            out, dim = out.unsqueeze(dim), dim + 1
+        elif isinstance(i, slice):
+            if i != slice(None):
+                out = out[(slice(None),) * dim + (i,)]
+            dim += 1
+        else:
+            out = out.select(dim, i)  # type: ignore[arg-type]
+    return out
+
+
+class _SymbolicIndexing(TorchFunctionMode):
+    """Routes t[i] / t[i] = v with SymInt indices through _basic_index during tracing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__getitem__ and _basic_only(args[1]) and _has_symint(args[1]):
+            return _basic_index(args[0], args[1])
+        if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
+            view = _basic_index(args[0], args[1])
+            value = args[2]
+            if isinstance(value, torch.Tensor):
+                view.copy_(value)
+            else:
+                view.fill_(value)
+            return None
+        return func(*args, **kwargs)
+
+
+def _basic_only(index: object) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, slice, torch.SymInt)) for i in items)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fake inputs
+
+
+def _fake_leaf(leaf: Leaf, fake_mode: FakeTensorMode, dynamism: Dynamism) -> object:
+    shape_env = fake_mode.shape_env
+    assert shape_env is not None
+    source = LocalSource(_source_name(leaf.path))
+    if leaf.kind is LeafKind.TENSOR:
+        t = leaf.value
+        assert isinstance(t, torch.Tensor)
+        dims = [
+            DimDynamic.DYNAMIC if dynamism.size_dynamic(leaf.path, d) else DimDynamic.STATIC for d in range(t.dim())
+        ]
+        context = StatelessSymbolicContext(dynamic_sizes=dims)
+        # Trace without autograd history: guards ensure grad mode or requires_grad rule this out.
+        return fake_mode.from_tensor(t.detach(), symbolic_context=context, source=source)
+    if leaf.kind is LeafKind.INT and dynamism.int_dynamic(leaf.path):
+        value = leaf.value
+        symbol = shape_env.create_unspecified_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)  # type: ignore[arg-type]
+        return shape_env.create_symintnode(symbol, hint=value, source=source)
+    return leaf.value
+
+
+def _source_name(path: LeafPath) -> str:
+    # LocalSource names must be identifiers.
+    return "_".join(["a" + str(path.param)] + [str(i) for i in path.items]) if not path.is_constant else f"c{path.items[0]}"
+
+
+def is_traced_leaf(leaf: Leaf, dynamism: Dynamism) -> bool:
+    """Whether a leaf is a graph placeholder (tensors, symbolic ints) rather than fixed at capture."""
+    return leaf.kind is LeafKind.TENSOR or (leaf.kind is LeafKind.INT and dynamism.int_dynamic(leaf.path))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tracing
+
+
+def trace_function(
+    fn: Callable[..., object],
+    n_positional: int,
+    param_names: Sequence[str],
+    values: Sequence[object],
+    facts: CallFacts,
+    dynamism: Dynamism,
+) -> Trace:
+    shape_env = ShapeEnv()
+    fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    traced = [i for i, leaf in enumerate(facts.leaves) if is_traced_leaf(leaf, dynamism)]
+    # Outside `with fake_mode`: there, t.detach() would already be a (static) fake tensor.
+    fakes = {i: _fake_leaf(facts.leaves[i], fake_mode, dynamism) for i in traced}
+    output_holder: list[OutputTree] = []
+
+    def flat_fn(*placeholders: object) -> list[object]:
+        leaf_values = [leaf.value for leaf in facts.leaves]
+        for i, p in zip(traced, placeholders):
+            leaf_values[i] = p
+        args = rebuild_arguments(values, facts, leaf_values)
+        positional = args[:n_positional]
+        keywords = dict(zip(param_names[n_positional:], args[n_positional:]))
+        result = fn(*positional, **keywords)
+        graph_outputs: list[object] = []
+        output_holder.append(_flatten_output(result, graph_outputs, placeholders, traced))
+        return graph_outputs
+
+    with _translate_capture_errors(), torch.no_grad(), fake_mode, _SymbolicIndexing():
+        gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    constants, fake_constants = _lift_constants(gm, fake_mode)
+    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])
+
+
+def _flatten_output(
+    value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int]
+) -> OutputTree:
+    if type(value) in (tuple, list):
+        children = tuple(_flatten_output(v, graph_outputs, placeholders, traced) for v in value)  # type: ignore[union-attr]
+        return OutputTree("tuple" if type(value) is tuple else "list", children)
+    if isinstance(value, (torch.Tensor, torch.SymInt)):
+        for p, leaf_index in zip(placeholders, traced):
+            if p is value:  # an argument returned as itself keeps its identity
+                return OutputTree("input", index=leaf_index)
+        graph_outputs.append(value)
+        return OutputTree("graph", index=len(graph_outputs) - 1)
+    if isinstance(value, (torch.SymFloat, torch.SymBool)):
+        raise exc.UnsupportedConstruct(
+            f"the function returns a symbolic {type(value).__name__}; return a tensor or an int instead"
+        )
+    if value is None or type(value) in (int, float, bool, str):
+        return OutputTree("const", value=value)
+    raise exc.UnsupportedConstruct(
+        f"the function returns a {type(value).__name__}; Trident returns tensors, Python scalars and "
+        "(nested) tuples and lists of them natively. Return a tuple instead."
+    )
+
+
+def _lift_constants(gm: torch.fx.GraphModule, fake_mode: FakeTensorMode) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Turn get_attr tensor constants into trailing placeholders; returns (live tensors, their fakes)."""
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    constants: list[torch.Tensor] = []
+    fakes: list[torch.Tensor] = []
+    by_identity: dict[int, torch.fx.Node] = {}
+    last = placeholders[-1] if placeholders else None
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target)  # type: ignore[arg-type]
+        if not isinstance(value, torch.Tensor):
+            raise exc.UnsupportedConstruct(f"the function reads a constant of type {type(value).__name__}")
+        existing = by_identity.get(id(value))
+        if existing is None:
+            if last is None:
+                with graph.inserting_before(next(iter(graph.nodes))):
+                    existing = graph.placeholder(f"constant_{len(constants)}")
+            else:
+                with graph.inserting_after(last):
+                    existing = graph.placeholder(f"constant_{len(constants)}")
+            last = existing
+            fake = node.meta.get("val")
+            if fake is None:
+                fake = fake_mode.from_tensor(value, static_shapes=True)
+            existing.meta["val"] = fake
+            by_identity[id(value)] = existing
+            constants.append(value)
+            fakes.append(fake)
+        node.replace_all_uses_with(existing)
+        graph.erase_node(node)
+        delattr(gm, node.target)  # type: ignore[arg-type]
+    gm.recompile()
+    return constants, fakes

@@ -1,0 +1,187 @@
+/*
+ * trident_runtime.h — the one C ABI that Trident's generated code calls.
+ *
+ * Generated code (LLVM, from MLIR) calls only the functions declared here and, later, libtorch's exported
+ * C shim. It never sees a process address baked in at compile time: everything process-specific (resolved
+ * operator handles, constant tensors, kernel handles) reaches it through the per-specialization context
+ * table `TridentSpecContext`, so compiled objects can be cached on disk.
+ *
+ * Conventions
+ *  - Only pointers, fixed-width integers and doubles cross this ABI.
+ *  - Functions that can fail return int32_t: 0 (TRIDENT_OK) on success, non-zero on failure. The failure's
+ *    message and exception kind go to a thread-local slot (trident_last_error); the entry object turns it
+ *    into a Python exception. Functions returning PyObject* return NULL on failure with a Python error set.
+ *  - No C++ exception ever crosses this ABI.
+ *  - Every function here is called with the GIL held (generated code runs inside the entry's vectorcall).
+ *  - An incompatible change adds `name_v2`; `name` keeps its meaning.
+ *
+ * What does NOT go native (runs in Python, on a miss only): capture, compilation, guard explanations,
+ * building non-tuple/list output containers, and anything the guards were not compiled for.
+ */
+#ifndef TRIDENT_RUNTIME_H
+#define TRIDENT_RUNTIME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _object PyObject;
+/* The same handle libtorch's AOTI C shim uses: a pointer to an at::Tensor. */
+typedef struct AtenTensorOpaque* AtenTensorHandle;
+
+#define TRIDENT_OK 0
+#define TRIDENT_ERROR 1
+
+#if defined(_WIN32)
+#define TRIDENT_API __declspec(dllexport)
+#else
+#define TRIDENT_API __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------------------------------------------
+ * Per-specialization context. Built by the runtime's Python API (`make_context`); generated code only
+ * loads from it. Field order is ABI: generated code reads `ops` at offset 0 and `constants` at offset 8.
+ */
+typedef struct {
+  void** ops;            /* resolved operator handles, indexed by the op id the compiler assigned */
+  PyObject** constants;  /* borrowed-by-generated-code Python objects (tensors closed over, identity-guarded
+                            objects); the context owns a reference to each */
+  void** kernels;        /* reserved for Triton kernel handles (next issue); NULL for now */
+} TridentSpecContext;
+
+/* Signatures of the two functions compiled per specialization.
+ *  guard: 1 if the bound arguments match everything the specialization was compiled for, else 0. Never
+ *         fails, never raises.
+ *  run:   executes the host program; on success stores a new reference in *result and returns 0. */
+typedef int32_t (*trident_guard_fn)(TridentSpecContext* ctx, PyObject* const* slots);
+typedef int32_t (*trident_run_fn)(TridentSpecContext* ctx, PyObject* const* slots, PyObject** result);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Reading inputs (guards and run). `slots` are the bound arguments in parameter order, borrowed.
+ */
+
+/* Metadata of a tensor argument, as guards compare it. Every field is 8 bytes; order is ABI (generated code
+ * loads field i at byte offset 8*i). */
+typedef struct {
+  int64_t type_tag;        /* 0  TRIDENT_TYPE_TENSOR or TRIDENT_TYPE_PARAMETER */
+  int64_t dtype;           /* 1  c10::ScalarType */
+  int64_t device_type;     /* 2  c10::DeviceType */
+  int64_t device_index;    /* 3  -1 for CPU */
+  int64_t dim;             /* 4 */
+  int64_t storage_offset;  /* 5  in elements */
+  int64_t data_ptr;        /* 6  address of the first element */
+  int64_t flags;           /* 7  TRIDENT_FLAG_* bits */
+  const int64_t* sizes;    /* 8  `dim` entries, valid while the tensor lives */
+  const int64_t* strides;  /* 9  `dim` entries */
+  AtenTensorHandle handle; /* 10 borrowed handle to the tensor (no ownership) */
+} TridentTensorMeta;
+
+#define TRIDENT_TYPE_TENSOR 1    /* exactly torch.Tensor */
+#define TRIDENT_TYPE_PARAMETER 2 /* exactly torch.nn.Parameter */
+
+#define TRIDENT_FLAG_REQUIRES_GRAD 1
+#define TRIDENT_FLAG_CONJ 2
+#define TRIDENT_FLAG_NEG 4
+
+/* Fills *out if obj is exactly a torch.Tensor or torch.nn.Parameter with strided layout, not a tensor
+ * subclass, and not a functorch-wrapped or Python-dispatch tensor; returns 1 then, else 0 (out untouched). */
+TRIDENT_API int32_t trident_read_tensor(PyObject* obj, TridentTensorMeta* out);
+/* 1 and *out = value if obj is exactly int (bool is not an int here) and fits in int64; else 0. */
+TRIDENT_API int32_t trident_read_int(PyObject* obj, int64_t* out);
+/* 1 and *out = value if obj is exactly float; else 0. */
+TRIDENT_API int32_t trident_read_float(PyObject* obj, double* out);
+/* 1 and *out = 0/1 if obj is True or False; else 0. */
+TRIDENT_API int32_t trident_read_bool(PyObject* obj, int64_t* out);
+/* 1 if obj is None. */
+TRIDENT_API int32_t trident_is_none(PyObject* obj);
+/* 1 if obj is exactly a tuple (kind 1) or list (kind 2) of exactly `length` items; else 0. */
+TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length);
+/* Borrowed item `index` of a tuple or list already checked by trident_check_sequence. */
+TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
+
+#define TRIDENT_SEQ_TUPLE 1
+#define TRIDENT_SEQ_LIST 2
+
+/* Process-wide state a specialization depends on, packed: bit 0 grad mode enabled, bit 1 any autocast enabled,
+ * bit 2 inference mode, bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
+TRIDENT_API int64_t trident_global_state(void);
+
+/* Borrowed handle of a tensor argument already checked by a guard (no type check here). */
+TRIDENT_API AtenTensorHandle trident_tensor_handle(PyObject* obj);
+TRIDENT_API int64_t trident_tensor_size(AtenTensorHandle t, int64_t dim);
+TRIDENT_API int64_t trident_tensor_stride(AtenTensorHandle t, int64_t dim);
+TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Calling ATen operators through the dispatcher (boxed).
+ *
+ * Arguments are `nargs` pairs of int64 (tag, value), in schema order. Tags:
+ *   NONE            value ignored
+ *   TENSOR          value = AtenTensorHandle (borrowed)
+ *   INT             value = int64 (also ScalarType, Layout, MemoryFormat arguments)
+ *   DOUBLE          value = the double's bit pattern
+ *   BOOL            value = 0/1
+ *   INT_LIST        value = pointer to int64[len];             len = tag >> 8
+ *   TENSOR_LIST     value = pointer to AtenTensorHandle[len];  len = tag >> 8
+ *   OPT_TENSOR_LIST value = pointer to AtenTensorHandle[len], NULL entries are None; len = tag >> 8
+ *   STRING          value = pointer to a NUL-terminated string
+ *   DEVICE          value = (device_type << 16) | (device_index & 0xffff), index 0xffff meaning none
+ * Returns are flattened into `rets`: each returned Tensor is one new owned handle; each returned Tensor[]
+ * contributes its elements in order. The count must equal `nrets`, or the call fails.
+ * Failure sets the thread-local error with the operator's message and Python exception kind.
+ */
+#define TRIDENT_TAG_NONE 0
+#define TRIDENT_TAG_TENSOR 1
+#define TRIDENT_TAG_INT 2
+#define TRIDENT_TAG_DOUBLE 3
+#define TRIDENT_TAG_BOOL 4
+#define TRIDENT_TAG_INT_LIST 5
+#define TRIDENT_TAG_TENSOR_LIST 6
+#define TRIDENT_TAG_OPT_TENSOR_LIST 7
+#define TRIDENT_TAG_STRING 8
+#define TRIDENT_TAG_DEVICE 9
+
+TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                    int64_t nrets);
+/* A 0-dim "wrapped number" tensor holding a Python scalar (tag INT, DOUBLE or BOOL), as eager's argument
+ * parser makes for `x * 2`. New owned handle in *out. */
+TRIDENT_API int32_t trident_scalar_tensor(int64_t tag, int64_t value, AtenTensorHandle* out);
+/* Releases an owned handle. NULL is allowed. */
+TRIDENT_API void trident_tensor_delete(AtenTensorHandle t);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Building results (new references; NULL with a Python error set on failure).
+ */
+/* The Python tensor for `t` (the same object if the tensor already has one, as for in-place results).
+ * Does not take ownership of the handle. */
+TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t);
+TRIDENT_API PyObject* trident_new_ref(PyObject* obj);
+TRIDENT_API PyObject* trident_box_int(int64_t v);
+TRIDENT_API PyObject* trident_box_float(double v);
+TRIDENT_API PyObject* trident_box_bool(int64_t v);
+/* A new tuple (kind 1) or list (kind 2) of `length` empty items. */
+TRIDENT_API PyObject* trident_sequence_new(int64_t kind, int64_t length);
+/* Stores `item` at `index` of a sequence made by trident_sequence_new, stealing the reference. */
+TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* item);
+/* Py_XDECREF. */
+TRIDENT_API void trident_decref(PyObject* obj);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Errors.
+ */
+#define TRIDENT_EXC_RUNTIME 0
+#define TRIDENT_EXC_INDEX 1
+#define TRIDENT_EXC_VALUE 2
+#define TRIDENT_EXC_TYPE 3
+#define TRIDENT_EXC_NOT_IMPLEMENTED 4
+/* The message of this thread's last failure (valid until the next failure on this thread). */
+TRIDENT_API const char* trident_last_error(void);
+TRIDENT_API int32_t trident_last_error_kind(void);
+TRIDENT_API void trident_set_error(int32_t kind, const char* message);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRIDENT_RUNTIME_H */

@@ -1,0 +1,246 @@
+"""The compile driver: what happens on a miss.
+
+A jitted function is one native entry (runtime.Entry). A call that hits never reaches this module. A call
+that misses arrives in `JitFunction.on_miss`, which binds the arguments as Python would (raising eager's
+TypeError for a bad call), decides what to specialize on, compiles, adds the specialization to the entry,
+and runs the call through it.
+
+Automatic dynamic: a specialization first takes every size and int as a constant. When a later call of the
+same structure differs in a size or an int, that size or int is traced symbolically from then on (sticky),
+so a decode loop whose position grows compiles twice, not once per step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+
+from . import exc
+from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
+from .capture.inputs import CallFacts, LeafKind
+from .capture.trace import Dynamism, Trace, trace_function
+from .knobs import knobs, log_enabled
+from .lowering.pipeline import CompiledSpecialization, compile_specialization
+
+log = logging.getLogger("trident")
+
+_compile_count = 0
+_compile_count_lock = threading.Lock()
+
+
+def compile_count() -> int:
+    return _compile_count
+
+
+@dataclasses.dataclass
+class Specialization:
+    index: int
+    guards: GuardSet
+    facts: CallFacts
+    trace: Trace
+    compiled: CompiledSpecialization
+    compile_seconds: float
+
+
+def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object]]:
+    signature = inspect.signature(fn)
+    names: list[str] = []
+    n_positional = 0
+    defaults: dict[int, object] = {}
+    for p in signature.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise exc.UnsupportedSignature(
+                f"trident.jit cannot compile '{fn.__qualname__}': its parameter '{p.name}' is "
+                f"{'*' if p.kind is p.VAR_POSITIONAL else '**'}{p.name}; list the parameters explicitly"
+            )
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            if len(names) != n_positional:
+                raise exc.UnsupportedSignature(f"unexpected parameter order in '{fn.__qualname__}'")
+            n_positional += 1
+        if p.default is not p.empty:
+            defaults[len(names)] = p.default
+        names.append(p.name)
+    return signature, names, n_positional, defaults
+
+
+class JitFunction:
+    def __init__(self, fn: Callable[..., object]) -> None:
+        from .runtime import load_runtime, runtime_library_path
+
+        self.fn = fn
+        self.name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+        self.signature, self.param_names, self.n_positional, defaults = _signature_facts(fn)
+        self._runtime_library = str(runtime_library_path())
+        runtime = load_runtime()
+        self.entry = runtime.Entry(self.name, self.on_miss, tuple(self.param_names), self.n_positional, defaults)
+        self._context_type = runtime.Context
+        functools.update_wrapper(self.entry, fn)  # type: ignore[arg-type]
+        self.entry._trident = self  # type: ignore[attr-defined]
+        self.specializations: list[Specialization] = []
+        self.dynamism = Dynamism()
+        self.misses = 0
+        self.eager_calls = 0
+        self.last_miss_reason: str | None = None
+        self.eager_reason: str | None = None
+        self._lock = threading.RLock()  # one compile at a time per function; hits never take it
+        self._warned: set[str] = set()
+
+    # -- the miss path ----------------------------------------------------------------------------------------
+    def on_miss(self, *args: object, **kwargs: object) -> object:
+        bound = self.signature.bind(*args, **kwargs)  # eager's TypeError for a bad call
+        bound.apply_defaults()
+        values = [bound.arguments[n] for n in self.param_names]
+        if knobs.disable:
+            return self.fn(*args, **kwargs)
+        from .capture.inputs import describe_call
+
+        facts = describe_call(self.param_names, values)
+        with self._lock:
+            # Another thread may have compiled what this call needs while we waited.
+            hit, result = self.entry.try_call(*args, **kwargs)
+            if hit:
+                return result
+            self.misses += 1
+            eager = self._eager_reason(facts)
+            if eager is not None:
+                return self._run_eagerly(eager, args, kwargs)
+            self.last_miss_reason = self._miss_reason(values, facts)
+            if log_enabled("recompiles") and self.specializations:
+                log.warning("trident: recompiling '%s': %s", self.name, self.last_miss_reason)
+            spec = self._compile(values, facts)
+            if spec is None:
+                return self._run_eagerly(self.eager_reason or "not compiled", args, kwargs)
+        hit, result = self.entry.try_call(*args, **kwargs)
+        if not hit:
+            reason = first_failure(spec.guards, values, spec.trace.constants)
+            raise exc.LoweringError(
+                f"internal error: the specialization compiled for this call of '{self.name}' does not accept "
+                f"it ({reason}); please report this. TRIDENT_DISABLE=1 runs the function eagerly meanwhile"
+            )
+        return result
+
+    def _eager_reason(self, facts: CallFacts) -> str | None:
+        if len(self.specializations) >= knobs.max_specializations:
+            return (
+                f"'{self.name}' reached TRIDENT_MAX_SPECIALIZATIONS={knobs.max_specializations} "
+                "specializations; further new inputs run eagerly"
+            )
+        if torch.is_grad_enabled():
+            for leaf in facts.leaves:
+                if leaf.kind is LeafKind.TENSOR and leaf.tensor is not None and leaf.tensor.requires_grad:
+                    return (
+                        f"argument '{leaf.path.name}' requires grad while grad mode is on; Trident compiles "
+                        "inference only, so this call runs eagerly. Call it under torch.no_grad() or "
+                        "torch.inference_mode()"
+                    )
+        return None
+
+    def _run_eagerly(self, reason: str, args: Sequence[object], kwargs: dict[str, object]) -> object:
+        self.eager_calls += 1
+        self.eager_reason = reason
+        if reason not in self._warned:
+            self._warned.add(reason)
+            warnings.warn(f"trident: {reason}", stacklevel=3)
+        return self.fn(*args, **kwargs)
+
+    def _miss_reason(self, values: Sequence[object], facts: CallFacts) -> str:
+        if not self.specializations:
+            return "first call"
+        reasons = []
+        for spec in reversed(self.specializations):
+            try:
+                reason = first_failure(spec.guards, values, spec.trace.constants)
+            except (IndexError, TypeError, KeyError) as e:  # structure differs: path not present
+                reason = f"argument structure differs ({e})"
+            reasons.append(reason or "guards hold (a global state or type detail differs)")
+            if _same_structure(spec.facts, facts):
+                return reasons[-1]
+        return reasons[0]
+
+    # -- compiling ------------------------------------------------------------------------------------------
+    def _compile(self, values: Sequence[object], facts: CallFacts) -> Specialization | None:
+        global _compile_count
+        self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
+        start = time.perf_counter()
+        trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+        if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
+            self.eager_reason = (
+                f"'{self.name}' reads tensors that require grad (module parameters?) while grad mode is on; "
+                "Trident compiles inference only, so calls run eagerly. Call it under torch.no_grad() or "
+                "torch.inference_mode()"
+            )
+            return None
+        guards = build_guards(facts, trace)
+        index = len(self.specializations)
+        compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
+        context = self._context_type(compiled.ops, compiled.constants)
+        key = self.entry.structural_key(*self._call_args(values))
+        self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
+        spec = Specialization(index, guards, facts, trace, compiled, time.perf_counter() - start)
+        self.specializations.append(spec)
+        with _compile_count_lock:
+            _compile_count += 1
+        if log_enabled("compile"):
+            log.warning("trident: compiled specialization %d of '%s' in %.1f ms", index, self.name, spec.compile_seconds * 1e3)
+        if log_enabled("guards"):
+            log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
+        return spec
+
+    def _call_args(self, values: Sequence[object]) -> list[object]:
+        return list(values)  # positional binding of every parameter gives the same slots as the call
+
+    def _newly_dynamic(self, facts: CallFacts) -> Dynamism:
+        """Sizes and ints that differ from the latest specialization of the same structure."""
+        for spec in reversed(self.specializations):
+            if not _same_structure(spec.facts, facts):
+                continue
+            sizes, ints = set(), set()
+            for old, new in zip(spec.facts.leaves, facts.leaves):
+                key = (new.path.param, new.path.items)
+                if new.kind is LeafKind.TENSOR and old.tensor is not None and new.tensor is not None:
+                    changed = [d for d, (a, b) in enumerate(zip(old.tensor.sizes, new.tensor.sizes)) if a != b]
+                    if not changed and old.tensor.storage_offset != new.tensor.storage_offset and new.tensor.sizes:
+                        changed = [0]  # an offset is symbolic only alongside a symbolic size (ShapeEnv rule)
+                    sizes.update((*key, d) for d in changed)
+                elif new.kind is LeafKind.INT and old.value != new.value:
+                    ints.add(key)
+            return Dynamism(frozenset(sizes), frozenset(ints))
+        return Dynamism()
+
+    # -- introspection ----------------------------------------------------------------------------------------
+    def explain(self) -> str:
+        hits = self.entry.hits()
+        lines = [
+            f"trident.jit '{self.name}': {len(self.specializations)} specialization(s), "
+            f"{sum(hits)} native hit(s), {self.misses} miss(es), {self.eager_calls} eager call(s)"
+        ]
+        for spec in self.specializations:
+            lines.append(
+                f"specialization {spec.index}: {hits[spec.index] if spec.index < len(hits) else 0} hit(s), "
+                f"compiled in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.ops)} distinct ATen op(s)"
+            )
+            lines += [f"    {line}" for line in describe_guards(spec.guards)]
+        if self.last_miss_reason is not None:
+            lines.append(f"last miss: {self.last_miss_reason}")
+        if self.eager_reason is not None:
+            lines.append(f"eager fallback: {self.eager_reason}")
+        return "\n".join(lines)
+
+
+def _same_structure(a: CallFacts, b: CallFacts) -> bool:
+    if len(a.leaves) != len(b.leaves) or a.sequences != b.sequences:
+        return False
+    for x, y in zip(a.leaves, b.leaves):
+        if x.path != y.path or x.kind is not y.kind:
+            return False
+        if x.tensor is not None and y.tensor is not None:
+            if (x.tensor.dtype, x.tensor.device, len(x.tensor.sizes)) != (y.tensor.dtype, y.tensor.device, len(y.tensor.sizes)):
+                return False
+    return True

@@ -1,0 +1,32 @@
+"""Every exception Trident shows a user, one class per diagnosis."""
+from __future__ import annotations
+
+
+class TridentError(Exception):
+    """Base class of Trident's own errors."""
+
+
+class UnsupportedConstruct(TridentError):
+    """The function does something Trident cannot capture (data-dependent control flow, .item(), ...).
+
+    The message names the construct and the user's source line."""
+
+
+class UnsupportedArgument(TridentError):
+    """An argument of a kind Trident cannot pass to compiled code."""
+
+
+class UnsupportedSignature(TridentError):
+    """The jitted function's signature cannot be bound natively (*args / **kwargs)."""
+
+
+class LoweringError(TridentError):
+    """An internal compiler failure; the message says where the IR for reproduction was written."""
+
+
+class GuardMismatch(TridentError):
+    """No compiled specialization matches a call (raised only by explicit checks such as explain tooling)."""
+
+
+class ExecutionError(TridentError):
+    """Compiled code failed in a way that has no eager equivalent."""

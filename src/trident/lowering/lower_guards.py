@@ -1,0 +1,131 @@
+"""Pass: GuardSet -> `func.func @<name>(%ctx, %slots) -> i32`, 1 when a call matches the specialization.
+
+Order matters for safety, not only speed: a sequence's kind and length are checked before its items are
+read, a tensor's type and rank before its sizes and strides are loaded. Every check exits early to a
+block returning 0. The checks are exactly those of capture.guards.first_failure.
+"""
+from __future__ import annotations
+
+import struct
+
+import sympy
+
+from ..capture.guards import GuardSet, dtype_code
+from ..capture.inputs import LeafKind, LeafPath
+from ..ir.mlir_text import I32, I64, PTR, FunctionBuilder, ModuleBuilder
+from . import runtime_abi as abi
+from .leaf_access import ConstantPool, LeafAccess
+from .symbolic_ints import SymbolicIntLowering
+
+# c10::DeviceType values
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1, "xpu": 12, "mps": 13, "meta": 14}
+
+
+def device_type_code(device_type: str) -> int:
+    return _DEVICE_TYPES[device_type]
+
+
+def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
+    fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=0)
+    access = LeafAccess(fb, "%ctx", "%slots")
+
+    state = fb.call(abi.GLOBAL_STATE, [])
+    assert state is not None
+    fb.check(fb.cmp("eq", state, fb.const(guards.global_state.state)))
+
+    for sg in guards.sequences:
+        ok = fb.call(abi.CHECK_SEQUENCE, [access.object(sg.fact.path), fb.const(sg.fact.kind), fb.const(sg.fact.length)])
+        assert ok is not None
+        fb.check_nonzero(ok)
+
+    metas: dict[tuple[int, tuple[int, ...]], str] = {}
+    for tg in guards.tensors:
+        meta = fb.alloca(abi.META_FIELDS, I64, "meta")
+        ok = fb.call(abi.READ_TENSOR, [access.object(tg.path), meta])
+        assert ok is not None
+        fb.check_nonzero(ok)
+        f = tg.fact
+        flags = (
+            (abi.FLAG_REQUIRES_GRAD if f.requires_grad else 0)
+            | (abi.FLAG_CONJ if f.is_conj else 0)
+            | (abi.FLAG_NEG if f.is_neg else 0)
+        )
+        expected = [
+            (abi.META_TYPE_TAG, f.type_tag),
+            (abi.META_DTYPE, dtype_code(f.dtype)),
+            (abi.META_DEVICE_TYPE, device_type_code(f.device.type)),
+            (abi.META_DEVICE_INDEX, -1 if f.device.index is None else f.device.index),
+            (abi.META_DIM, len(f.sizes)),
+            (abi.META_FLAGS, flags),
+        ]
+        conditions = [fb.cmp("eq", fb.load(fb.gep(meta, field)), fb.const(value)) for field, value in expected]
+        data_ptr = fb.load(fb.gep(meta, abi.META_DATA_PTR))
+        low_bits = fb.binary("andi", data_ptr, fb.const(15))
+        conditions.append(fb.cmp("eq" if f.aligned else "ne", low_bits, fb.const(0)))
+        fb.check(fb.all_of(conditions))
+        metas[(tg.path.param, tg.path.items)] = meta
+
+    for scalar in guards.scalars:
+        _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
+
+    for ig in guards.identities:
+        expected_obj = access.constant(pool.add(guards.identity_objects[ig.constant_index]))
+        got = fb.fresh()
+        fb.emit(f"{got} = llvm.ptrtoint {access.object(ig.path)} : !llvm.ptr to i64")
+        want = fb.fresh()
+        fb.emit(f"{want} = llvm.ptrtoint {expected_obj} : !llvm.ptr to i64")
+        fb.check(fb.cmp("eq", got, want))
+
+    arrays: dict[tuple[str, int], str] = {}  # (meta, sizes/strides field) -> loaded array pointer
+
+    def read_property(path: LeafPath, prop: str, dim: int) -> str:
+        if prop == "int":
+            tmp = fb.alloca(1, I64, "int")
+            ok = fb.call(abi.READ_INT, [access.object(path), tmp])
+            assert ok is not None
+            fb.check_nonzero(ok)
+            return fb.load(tmp)
+        meta = metas[(path.param, path.items)]
+        if prop == "offset":
+            return fb.load(fb.gep(meta, abi.META_STORAGE_OFFSET))
+        field = abi.META_SIZES if prop == "size" else abi.META_STRIDES
+        if (meta, field) not in arrays:
+            arrays[(meta, field)] = fb.load(fb.gep(meta, field), PTR)
+        return fb.load(fb.gep(arrays[(meta, field)], dim))
+
+    env: dict[sympy.Symbol, str] = {}
+    for b in guards.bindings:
+        env[b.symbol] = read_property(b.path, b.prop, b.dim)
+    symbolic = SymbolicIntLowering(fb, env)
+    conditions = [
+        fb.cmp("eq", read_property(pg.path, pg.prop, pg.dim), symbolic.int_expr(pg.expr)) for pg in guards.properties
+    ]
+    if conditions:
+        fb.check(fb.all_of(conditions))
+    for rg in guards.relations:
+        fb.check(symbolic.bool_expr(rg.expr))
+    fb.ret(fb.const(1, I32))
+    fb.finish()
+
+
+def _lower_scalar(fb: FunctionBuilder, access: LeafAccess, path: LeafPath, kind: LeafKind, value: object) -> None:
+    obj = access.object(path)
+    if kind is LeafKind.NONE:
+        ok = fb.call(abi.IS_NONE, [obj])
+        assert ok is not None
+        fb.check_nonzero(ok)
+        return
+    reader = {LeafKind.INT: abi.READ_INT, LeafKind.FLOAT: abi.READ_FLOAT, LeafKind.BOOL: abi.READ_BOOL}[kind]
+    tmp = fb.alloca(1, I64, "scalar")
+    ok = fb.call(reader, [obj, tmp])
+    assert ok is not None
+    fb.check_nonzero(ok)
+    if value is None:  # any int: its value is bound to a symbol
+        return
+    if kind is LeafKind.FLOAT:
+        # Compare bit patterns: -0.0 != 0.0 and NaN == the same NaN, as Python's capture saw the value.
+        expected = struct.unpack("<q", struct.pack("<d", float(value)))[0]  # type: ignore[arg-type]
+    else:
+        expected = int(value)  # type: ignore[call-overload]
+    fb.check(fb.cmp("eq", fb.load(tmp), fb.const(expected)))
+

@@ -1,0 +1,485 @@
+"""Pass: the torch-dialect `@main` -> `func.func @<name>(%ctx, %slots, %result) -> i32`, the host program.
+
+Each torch op becomes native code, in program order:
+  torch.constant.* / prim.ListConstruct   -> SSA constants and stack arrays (no runtime work)
+  aten.{add,sub,mul,floordiv,...}.int     -> arith on i64 (symbolic sizes and ints)
+  aten.size.int / stride.int              -> runtime reads of the tensor's metadata
+  prim.NumToTensor.Scalar                 -> a wrapped-number scalar tensor, as eager's argument parser makes
+  every other ATen op                     -> trident_op_call through the dispatcher (boxed)
+  func.return                             -> Python results built natively (tuples, lists, scalars)
+
+Ownership: tensors produced by ops are owned handles kept in a stack table; each is released right after
+its last use, and the failure block releases whatever is still held, so an error leaks nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from torch_mlir import ir
+
+from .. import exc
+from ..capture.inputs import LeafPath
+from ..capture.trace import OutputTree
+from ..ir.mlir_text import F64, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
+from . import runtime_abi as abi
+from .leaf_access import ConstantPool, LeafAccess
+from .symbolic_ints import python_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class PlaceholderSource:
+    """Where block argument i of @main comes from: a leaf of the call (tensor or int), or a constant."""
+
+    kind: str  # "tensor", "int", "constant"
+    path: LeafPath | None = None
+    constant_index: int = 0
+
+
+class OpTable:
+    """Operators a specialization calls; their index is the slot in ctx->ops."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str]] = []
+
+    def index(self, name: str, overload: str) -> int:
+        key = (name, overload)
+        if key not in self.ops:
+            self.ops.append(key)
+        return self.ops.index(key)
+
+
+@dataclasses.dataclass
+class _Lowered:
+    """A torch-dialect value after lowering."""
+
+    kind: str  # tensor, int, float, bool, none, str, device, list
+    ssa: str = ""  # tensor: the handle; int/bool: i64; float: f64; str: pointer; device: i64 code
+    owned_slot: int | None = None  # tensor handles owned by this function: index in the owned table
+    items: list[_Lowered] = dataclasses.field(default_factory=list)  # list items
+    elem: str = ""  # list element type text
+    pyobject: str | None = None  # for inputs: the argument's PyObject*, to return it as itself
+
+
+_INT_BINARY = {
+    "torch.aten.add.int": "addi", "torch.aten.sub.int": "subi", "torch.aten.mul.int": "muli",
+    "torch.prim.max.int": "maxsi", "torch.prim.min.int": "minsi",
+}  # fmt: skip
+_INT_COMPARE = {
+    "torch.aten.eq.int": "eq", "torch.aten.ne.int": "ne", "torch.aten.lt.int": "slt",
+    "torch.aten.le.int": "sle", "torch.aten.gt.int": "sgt", "torch.aten.ge.int": "sge",
+}  # fmt: skip
+
+
+def aten_name(op: ir.Operation) -> tuple[str, str]:
+    """('aten::add', 'Tensor') for torch.aten.add.Tensor; ('aten::copy_', '') for torch.aten.copy_."""
+    name = op.name
+    if name == "torch.operator":
+        name = "torch." + ir.StringAttr(op.attributes["name"]).value
+    parts = name.split(".")
+    if len(parts) < 3 or parts[0] != "torch":
+        raise exc.LoweringError(f"unexpected operation {op.name}")
+    overload = parts[3] if len(parts) > 3 else ""
+    if overload == "default":
+        overload = ""
+    return f"{parts[1]}::{parts[2]}", overload
+
+
+class HostProgramLowering:
+    def __init__(
+        self,
+        module: ModuleBuilder,
+        name: str,
+        main: ir.Operation,
+        placeholders: Sequence[PlaceholderSource],
+        outputs: OutputTree,
+        input_paths: Sequence[LeafPath],
+        pool: ConstantPool,
+        ops: OpTable,
+    ) -> None:
+        self.fb = FunctionBuilder(
+            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
+        )
+        self.access = LeafAccess(self.fb, "%ctx", "%slots")
+        self.main = main
+        self.placeholders = placeholders
+        self.outputs = outputs
+        self.input_paths = input_paths  # leaf index -> path, for outputs returning an argument itself
+        self.pool = pool
+        self.ops = ops
+        self.values: dict[ir.Value, _Lowered] = {}
+        self._ops_base: str | None = None
+
+    # -- driver ---------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        block = self.main.regions[0].blocks[0]
+        operations = [op.operation for op in block.operations]
+        self.dying_at = _dying_values(operations)
+        self.owned = _HandleTable(self.fb, "own", abi.TENSOR_DELETE)
+        self.temps = _HandleTable(self.fb, "tmp", abi.DECREF)
+        for arg, source in zip(block.arguments, self.placeholders):
+            self.values[arg] = self._placeholder(source)
+        for position, op in enumerate(operations):
+            if op.name == "func.return":
+                self._return(op)
+            else:
+                self._lower(op)
+                for value in self.dying_at.get(position, ()):
+                    lowered = self.values.get(value)
+                    if lowered is not None:
+                        self._release(lowered)
+        self.owned.finish()
+        self.temps.finish()
+        self.fb.finish()
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+    def _placeholder(self, source: PlaceholderSource) -> _Lowered:
+        fb = self.fb
+        if source.kind == "constant":
+            obj = self.access.constant(source.constant_index)
+            handle = fb.call(abi.TENSOR_HANDLE, [obj])
+            assert handle is not None
+            return _Lowered("tensor", handle, pyobject=obj)
+        assert source.path is not None
+        obj = self.access.object(source.path)
+        if source.kind == "tensor":
+            handle = fb.call(abi.TENSOR_HANDLE, [obj])
+            assert handle is not None
+            return _Lowered("tensor", handle, pyobject=obj)
+        tmp = fb.alloca(1, I64, "int")
+        fb.call(abi.READ_INT, [obj, tmp])  # the guard already checked it is an int
+        return _Lowered("int", fb.load(tmp), pyobject=obj)
+
+    # -- ops ------------------------------------------------------------------------------------------------
+    def _lower(self, op: ir.Operation) -> None:
+        name = op.name
+        fb = self.fb
+        if name.startswith("torch.constant."):
+            self.values[op.results[0]] = self._constant(op)
+        elif name == "torch.prim.ListConstruct":
+            items = [self.values[v] for v in op.operands]
+            elem = str(op.results[0].type)
+            self.values[op.results[0]] = _Lowered("list", items=items, elem=elem)
+        elif name == "torch.prim.ListUnpack":
+            source = self.values[op.operands[0]]
+            if len(source.items) != len(op.results):
+                raise exc.LoweringError(f"list of {len(source.items)} unpacked into {len(op.results)} values")
+            for result, item in zip(op.results, source.items):
+                self.values[result] = item
+        elif name in _INT_BINARY:
+            a, b = (self._int(v) for v in op.operands)
+            self.values[op.results[0]] = _Lowered("int", fb.binary(_INT_BINARY[name], a, b))
+        elif name == "torch.aten.floordiv.int":
+            a, b = (self._int(v) for v in op.operands)
+            self.values[op.results[0]] = _Lowered("int", fb.binary("floordivsi", a, b))
+        elif name == "torch.aten.remainder.int":
+            a, b = (self._int(v) for v in op.operands)
+            self.values[op.results[0]] = _Lowered("int", python_mod(fb, a, b))
+        elif name == "torch.aten.neg.int":
+            self.values[op.results[0]] = _Lowered("int", fb.binary("subi", fb.const(0), self._int(op.operands[0])))
+        elif name in _INT_COMPARE:
+            a, b = (self._int(v) for v in op.operands)
+            flag = fb.cmp(_INT_COMPARE[name], a, b)
+            widened = fb.fresh()
+            fb.emit(f"{widened} = arith.extui {flag} : i1 to i64")
+            self.values[op.results[0]] = _Lowered("bool", widened)
+        elif name in ("torch.aten.size.int", "torch.aten.stride.int"):
+            tensor = self.values[op.operands[0]]
+            dim = self._int(op.operands[1])
+            extern = abi.TENSOR_SIZE if name == "torch.aten.size.int" else abi.TENSOR_STRIDE
+            value = fb.call(extern, [tensor.ssa, self._normalized_dim(op, dim)])
+            assert value is not None
+            self.values[op.results[0]] = _Lowered("int", value)
+        elif name == "torch.aten.storage_offset":
+            value = fb.call(abi.TENSOR_STORAGE_OFFSET, [self.values[op.operands[0]].ssa])
+            assert value is not None
+            self.values[op.results[0]] = _Lowered("int", value)
+        elif name == "torch.prim.NumToTensor.Scalar":
+            self._scalar_tensor(op)
+        elif name.startswith("torch.aten.") or name.startswith("torch.prims.") or name == "torch.operator":
+            self._op_call(op)
+        else:
+            raise exc.LoweringError(f"unsupported operation {name}")
+
+    def _constant(self, op: ir.Operation) -> _Lowered:
+        fb = self.fb
+        kind = op.name.removeprefix("torch.constant.")
+        attr = op.attributes["value"] if "value" in op.attributes else None
+        if kind == "int":
+            return _Lowered("int", fb.const(ir.IntegerAttr(attr).value))
+        if kind == "float":
+            return _Lowered("float", fb.const(ir.FloatAttr(attr).value, F64))
+        if kind == "bool":
+            return _Lowered("bool", fb.const(int(ir.BoolAttr(attr).value)))
+        if kind == "none":
+            return _Lowered("none")
+        if kind == "str":
+            return _Lowered("str", fb.string_ptr(ir.StringAttr(attr).value))
+        if kind == "device":
+            return _Lowered("device", fb.const(_device_code(ir.StringAttr(attr).value)))
+        raise exc.LoweringError(f"unsupported constant {op.name}")
+
+    def _int(self, value: ir.Value) -> str:
+        lowered = self.values[value]
+        if lowered.kind not in ("int", "bool"):
+            raise exc.LoweringError(f"expected an int, got {lowered.kind}")
+        return lowered.ssa
+
+    def _normalized_dim(self, op: ir.Operation, dim: str) -> str:
+        """dim + rank for negative dims (the rank is static in the tensor's type)."""
+        rank = _rank(op.operands[0].type)
+        fb = self.fb
+        negative = fb.cmp("slt", dim, fb.const(0))
+        name = fb.fresh()
+        fb.emit(f"{name} = arith.select {negative}, {fb.binary('addi', dim, fb.const(rank))}, {dim} : i64")
+        return name
+
+    def _scalar_tensor(self, op: ir.Operation) -> None:
+        fb = self.fb
+        value = self.values[op.operands[0]]
+        tag, bits = self._scalar_slot(value)
+        out = fb.alloca(1, PTR, "scalar")
+        status = fb.call(abi.SCALAR_TENSOR, [fb.const(tag), bits, out])
+        assert status is not None
+        fb.check_zero(status)
+        self.values[op.results[0]] = self._own(fb.load(out, PTR))
+
+    def _scalar_slot(self, value: _Lowered) -> tuple[int, str]:
+        fb = self.fb
+        if value.kind == "int":
+            return abi.TAG_INT, value.ssa
+        if value.kind == "bool":
+            return abi.TAG_BOOL, value.ssa
+        if value.kind == "float":
+            bits = fb.fresh()
+            fb.emit(f"{bits} = arith.bitcast {value.ssa} : f64 to i64")
+            return abi.TAG_DOUBLE, bits
+        raise exc.LoweringError(f"expected a scalar, got {value.kind}")
+
+    def _op_call(self, op: ir.Operation) -> None:
+        fb = self.fb
+        name, overload = aten_name(op)
+        op_index = self.ops.index(name, overload)
+        if self._ops_base is None:
+            self._ops_base = fb.load(fb.gep("%ctx", abi.CTX_OPS, PTR), PTR)
+        handle = fb.load(fb.gep(self._ops_base, op_index, PTR), PTR)
+        args = fb.alloca(2 * len(op.operands), I64, "args")
+        for i, operand in enumerate(op.operands):
+            tag, value = self._encode(self.values[operand], operand)
+            fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
+            fb.store(value, I64, fb.gep(args, 2 * i + 1))
+        n_rets = sum(_result_count(op, r) for r in op.results)
+        rets = fb.alloca(n_rets, PTR, "rets")
+        status = fb.call(abi.OP_CALL, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
+        assert status is not None
+        fb.check_zero(status)
+        position = 0
+        for result in op.results:
+            count = _result_count(op, result)
+            handles = [self._own(fb.load(fb.gep(rets, position + k, PTR), PTR)) for k in range(count)]
+            position += count
+            if str(result.type).startswith("!torch.list"):
+                self.values[result] = _Lowered("list", items=handles, elem=str(result.type))
+            else:
+                self.values[result] = handles[0]
+
+    def _encode(self, value: _Lowered, operand: ir.Value) -> tuple[int, str]:
+        """(tag, i64 value) of one boxed argument."""
+        fb = self.fb
+        if value.kind == "tensor":
+            return abi.TAG_TENSOR, _ptr_to_int(fb, value.ssa)
+        if value.kind in ("int", "bool", "float"):
+            tag, bits = self._scalar_slot(value)
+            return tag, bits
+        if value.kind == "none":
+            return abi.TAG_NONE, fb.const(0)
+        if value.kind == "str":
+            return abi.TAG_STRING, _ptr_to_int(fb, value.ssa)
+        if value.kind == "device":
+            return abi.TAG_DEVICE, value.ssa
+        if value.kind == "list":
+            n = len(value.items)
+            if value.elem in ("!torch.list<int>", "!torch.list<bool>"):
+                array = fb.alloca(n, I64, "ints")
+                for i, item in enumerate(value.items):
+                    fb.store(self._int_of(item), I64, fb.gep(array, i))
+                return abi.TAG_INT_LIST | (n << 8), _ptr_to_int(fb, array)
+            array = fb.alloca(n, PTR, "tensors")
+            optional = "optional" in value.elem
+            for i, item in enumerate(value.items):
+                handle = fb.null() if item.kind == "none" else item.ssa
+                if item.kind not in ("tensor", "none"):
+                    raise exc.LoweringError(f"unsupported list element {item.kind} in {value.elem}")
+                fb.store(handle, PTR, fb.gep(array, i, PTR))
+            tag = abi.TAG_OPT_TENSOR_LIST if optional else abi.TAG_TENSOR_LIST
+            return tag | (n << 8), _ptr_to_int(fb, array)
+        raise exc.LoweringError(f"cannot pass a {value.kind} ({operand.type}) to an operator")
+
+    def _int_of(self, item: _Lowered) -> str:
+        if item.kind not in ("int", "bool"):
+            raise exc.LoweringError(f"expected an int list element, got {item.kind}")
+        return item.ssa
+
+    # -- ownership ------------------------------------------------------------------------------------------
+    def _own(self, handle: str) -> _Lowered:
+        slot = self.owned.hold(handle)
+        return _Lowered("tensor", handle, owned_slot=slot)
+
+    def _release(self, lowered: _Lowered) -> None:
+        """Release an owned tensor handle now (its last use is behind); lists own nothing themselves."""
+        if lowered.kind != "tensor" or lowered.owned_slot is None:
+            return
+        self.fb.call(abi.TENSOR_DELETE, [lowered.ssa])
+        self.owned.forget(lowered.owned_slot)
+        lowered.owned_slot = None
+
+    # -- results ------------------------------------------------------------------------------------------
+    def _return(self, op: ir.Operation) -> None:
+        fb = self.fb
+        returned = [self.values[v] for v in op.operands]
+        result, _ = self._build(self.outputs, returned)
+        fb.store(result, PTR, "%result")
+        for lowered in list(self.values.values()):
+            self._release(lowered)
+        fb.ret(fb.const(0, "i32"))
+
+    def _build(self, tree: OutputTree, returned: list[_Lowered]) -> tuple[str, int]:
+        """A new reference to the Python value of `tree`, and its slot in the temps table."""
+        fb = self.fb
+        if tree.kind in ("tuple", "list"):
+            kind = 1 if tree.kind == "tuple" else 2
+            seq = fb.call(abi.SEQUENCE_NEW, [fb.const(kind), fb.const(len(tree.children))])
+            assert seq is not None
+            seq_slot = self._temp(seq)
+            for i, child in enumerate(tree.children):
+                item, item_slot = self._build(child, returned)
+                fb.call(abi.SEQUENCE_SET, [seq, fb.const(i), item])  # steals item
+                self.temps.forget(item_slot)
+            return seq, seq_slot
+        if tree.kind == "const":
+            obj = fb.call(abi.NEW_REF, [self.access.constant(self.pool.add(tree.value))])
+        elif tree.kind == "input":
+            obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
+        else:
+            value = returned[tree.index]
+            if value.pyobject is not None:  # an argument or constant returned as itself
+                obj = fb.call(abi.NEW_REF, [value.pyobject])
+            elif value.kind == "tensor":
+                obj = fb.call(abi.WRAP_TENSOR, [value.ssa])
+            elif value.kind == "int":
+                obj = fb.call(abi.BOX_INT, [value.ssa])
+            elif value.kind == "bool":
+                obj = fb.call(abi.BOX_BOOL, [value.ssa])
+            elif value.kind == "float":
+                obj = fb.call(abi.BOX_FLOAT, [value.ssa])
+            else:
+                raise exc.LoweringError(f"cannot return a {value.kind}")
+        assert obj is not None
+        return obj, self._temp(obj)
+
+    def _temp(self, obj: str) -> int:
+        """Check a new reference is not NULL and hold it so the failure block releases it."""
+        self.fb.check_nonnull(obj)
+        return self.temps.hold(obj)
+
+
+class _HandleTable:
+    """A stack table of pointers that the failure block releases (owned tensors, new Python references).
+
+    Slots are numbered as they are used; the table is sized and null-initialized in the entry block when
+    the function is finished, so its size need not be known in advance."""
+
+    def __init__(self, fb: FunctionBuilder, hint: str, release: Extern) -> None:
+        self.fb = fb
+        self.hint = hint
+        self.release = release
+        self.size = 0
+
+    def slot_ptr(self, slot: int) -> str:
+        return f"%{self.hint}_slot{slot}"
+
+    def hold(self, value: str) -> int:
+        slot = self.size
+        self.size += 1
+        self.fb.store(value, PTR, self.slot_ptr(slot))
+        return slot
+
+    def forget(self, slot: int) -> None:
+        self.fb.store(self.fb.null(), PTR, self.slot_ptr(slot))
+
+    def finish(self) -> None:
+        if self.size == 0:
+            return
+        fb = self.fb
+        table = fb.alloca(self.size, PTR, self.hint)
+        null = fb.null()
+        fb.module.externs[self.release.name] = self.release
+        for slot in range(self.size):
+            ptr = self.slot_ptr(slot)
+            fb.prologue(f"{ptr} = llvm.getelementptr {table}[{slot}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
+            fb.prologue(f"llvm.store {null}, {ptr} : !llvm.ptr, !llvm.ptr")
+            held = f"%{self.hint}_held{slot}"
+            fb.emit_fail(f"{held} = llvm.load {ptr} : !llvm.ptr -> !llvm.ptr")
+            fb.emit_fail(f"func.call @{self.release.name}({held}) : (!llvm.ptr) -> ()")
+
+
+def _rank(type_: ir.Type) -> int:
+    """Rank of !torch.vtensor<[d0,d1,...],dtype>."""
+    text = str(type_)
+    if "<[" not in text:
+        raise exc.LoweringError(f"tensor of unknown rank: {text}")
+    dims = text.split("<[", 1)[1].split("]", 1)[0]
+    return 0 if not dims else dims.count(",") + 1
+
+
+def _ptr_to_int(fb: FunctionBuilder, ptr: str) -> str:
+    name = fb.fresh()
+    fb.emit(f"{name} = llvm.ptrtoint {ptr} : !llvm.ptr to i64")
+    return name
+
+
+def _device_code(text: str) -> int:
+    import torch
+
+    from .lower_guards import device_type_code
+
+    device = torch.device(text)
+    index = 0xFFFF if device.index is None else device.index
+    return (device_type_code(device.type) << 16) | index
+
+
+def _result_count(op: ir.Operation, result: ir.Value) -> int:
+    if not str(result.type).startswith("!torch.list"):
+        return 1
+    users = [use.owner for use in result.uses]
+    unpacks = [u for u in users if u.name == "torch.prim.ListUnpack"]
+    if not unpacks:
+        raise exc.LoweringError(f"{op.name} returns a list whose length is not known at compile time")
+    return len(unpacks[0].results)
+
+
+def _dying_values(operations: list[ir.Operation]) -> dict[int, list[ir.Value]]:
+    """Op position -> values whose last use is that op (or that op itself, for unused results).
+
+    A use of a list counts as a use of its items: ListConstruct operands, and the ListUnpack results of an
+    op's list result."""
+    members: dict[ir.Value, list[ir.Value]] = {}
+    for op in operations:
+        if op.name == "torch.prim.ListConstruct":
+            members[op.results[0]] = list(op.operands)
+        elif op.name == "torch.prim.ListUnpack":
+            members[op.operands[0]] = list(op.results)
+    last: dict[ir.Value, int] = {}
+    for position, op in enumerate(operations):
+        for result in op.results:
+            last.setdefault(result, position)
+        for operand in op.operands:
+            stack = [operand]
+            while stack:
+                v = stack.pop()
+                last[v] = position
+                stack.extend(members.get(v, []))
+    dying: dict[int, list[ir.Value]] = {}
+    for value, position in last.items():
+        dying.setdefault(position, []).append(value)
+    return dying

@@ -1,0 +1,131 @@
+"""The order of Trident's compilation stages, in one place.
+
+  capture (trace + guards) -> ir.fx_import (torch dialect) -> lower_guards + lower_host_program
+  (func/arith/cf/llvm) -> lower_to_llvm (LLVM dialect) -> backend.engine (native code)
+
+Each stage's IR can be written to TRIDENT_DUMP_IR; a failing stage writes the IR it was given and says how
+to replay it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from torch_mlir import ir
+
+from .. import exc
+from ..backend.engine import NativeModule
+from ..capture.guards import GuardSet
+from ..capture.inputs import CallFacts, LeafKind
+from ..capture.trace import Trace
+from ..ir.fx_import import MAIN, import_graph, new_context
+from ..ir.mlir_text import ModuleBuilder
+from ..knobs import knobs
+from .leaf_access import ConstantPool
+from .lower_guards import lower_guards
+from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
+from .lower_to_llvm import PIPELINE, lower_to_llvm
+
+
+@dataclasses.dataclass
+class CompiledSpecialization:
+    guard_address: int
+    run_address: int
+    native: NativeModule
+    ops: list[tuple[str, str]]
+    constants: list[object]
+    stages: dict[str, str]  # stage name -> IR text
+
+
+def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSource]:
+    sources = []
+    for leaf_index in trace.placeholder_leaves:
+        leaf = facts.leaves[leaf_index]
+        sources.append(PlaceholderSource("tensor" if leaf.kind is LeafKind.TENSOR else "int", leaf.path))
+    sources += [PlaceholderSource("constant", constant_index=i) for i in range(len(trace.constants))]
+    return sources
+
+
+def compile_specialization(
+    name: str, index: int, trace: Trace, facts: CallFacts, guards: GuardSet, runtime_library: str
+) -> CompiledSpecialization:
+    stages: dict[str, str] = {}
+    context = new_context()
+    guard_symbol, run_symbol = f"trident_guard_{index}", f"trident_run_{index}"
+
+    def stage(stage_name: str, produce: Callable[[], object], given: str | None) -> object:
+        try:
+            result = produce()
+        except exc.UnsupportedConstruct:
+            raise
+        except Exception as e:
+            raise _stage_failure(name, index, stage_name, given, e) from e
+        return result
+
+    torch_module = stage("import", lambda: import_graph(trace.graph_module.graph, context), trace.graph_module.code)
+    stages["torch"] = str(torch_module)
+    _dump(name, index, "torch", stages["torch"])
+
+    pool = ConstantPool(list(trace.constants))
+    ops = OpTable()
+    builder = ModuleBuilder()
+
+    def lower() -> str:
+        lower_guards(builder, guard_symbol, guards, pool)
+        main = _find_main(torch_module)  # type: ignore[arg-type]
+        input_paths = [leaf.path for leaf in facts.leaves]
+        HostProgramLowering(
+            builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops
+        ).run()
+        return builder.text()
+
+    stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
+    _dump(name, index, "lowered", stages["lowered"])
+    llvm_module = stage("llvm", lambda: lower_to_llvm(stages["lowered"], context), stages["lowered"])
+    stages["llvm"] = str(llvm_module)
+    _dump(name, index, "llvm", stages["llvm"])
+
+    def jit() -> CompiledSpecialization:
+        native = NativeModule(llvm_module, [runtime_library])  # type: ignore[arg-type]
+        return CompiledSpecialization(
+            native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), pool.objects, stages
+        )
+
+    return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
+
+
+def _find_main(module: ir.Module) -> ir.Operation:
+    for op in module.body.operations:
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == MAIN:
+            return op.operation
+    raise exc.LoweringError("imported module has no @main")
+
+
+def _dump(name: str, index: int, stage_name: str, text: str) -> None:
+    if knobs.dump_ir is None:
+        return
+    knobs.dump_ir.mkdir(parents=True, exist_ok=True)
+    (knobs.dump_ir / f"{_file_name(name)}.{index}.{stage_name}.mlir").write_text(text)
+
+
+def _file_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def _stage_failure(name: str, index: int, stage_name: str, given: str | None, error: Exception) -> exc.LoweringError:
+    directory = knobs.dump_ir or Path(tempfile.mkdtemp(prefix="trident-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{_file_name(name)}.{index}.before-{stage_name}.mlir"
+    path.write_text(given or "")
+    replay = ""
+    if stage_name == "llvm":
+        opt = os.path.join(os.path.dirname(ir.__file__), "_mlir_libs", "torch-mlir-opt")
+        replay = f"\n  replay: {opt} --pass-pipeline='{PIPELINE}' {path}"
+    return exc.LoweringError(
+        f"Trident failed to compile specialization {index} of '{name}' at stage '{stage_name}': "
+        f"{type(error).__name__}: {error}\n  the IR given to that stage is in {path}{replay}\n"
+        "  this is a bug in Trident; TRIDENT_DISABLE=1 runs the function eagerly meanwhile"
+    )

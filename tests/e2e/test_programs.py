@@ -1,0 +1,250 @@
+"""End-to-end: jitted programs against eager PyTorch (results, dtypes, shapes, strides, aliasing)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import trident
+from trident.testing import count_compiles
+
+
+def assert_same(actual: object, expected: object) -> None:
+    """Same structure, types, dtypes, shapes and strides, and close values."""
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)  # type: ignore[arg-type]
+        for a, e in zip(actual, expected):  # type: ignore[call-overload]
+            assert_same(a, e)
+    elif isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor)
+        assert actual.dtype == expected.dtype
+        assert actual.shape == expected.shape
+        assert actual.stride() == expected.stride()
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        assert actual == expected
+
+
+def check(fn, *make_args, calls: int = 3):  # type: ignore[no-untyped-def]
+    """Run fn eagerly and jitted on fresh copies of the same inputs; compare results and mutated inputs."""
+    jitted = trident.jit(fn)
+    for _ in range(calls):
+        args = [a() if callable(a) else a for a in make_args]
+        eager_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        jit_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        with torch.no_grad():
+            expected = fn(*eager_args)
+            actual = jitted(*jit_args)
+        assert_same(actual, expected)
+        for a, e in zip(jit_args, eager_args):  # in-place mutation of inputs is visible
+            if isinstance(e, torch.Tensor):
+                torch.testing.assert_close(a, e)
+    return jitted
+
+
+def test_mlp() -> None:
+    w1, b1, w2 = torch.randn(16, 32), torch.randn(32), torch.randn(32, 8)
+
+    def mlp(x):  # type: ignore[no-untyped-def]
+        return F.relu(x @ w1 + b1) @ w2
+
+    check(mlp, lambda: torch.randn(4, 16))
+
+
+def test_attention_softmax() -> None:
+    def attention(q, k, v):  # type: ignore[no-untyped-def]
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        return torch.softmax(scores, dim=-1) @ v
+
+    check(attention, lambda: torch.randn(2, 4, 8, 16), lambda: torch.randn(2, 4, 8, 16), lambda: torch.randn(2, 4, 8, 16))
+
+
+def test_layer_norm() -> None:
+    weight, bias = torch.randn(32), torch.randn(32)
+
+    def norm(x):  # type: ignore[no-untyped-def]
+        return F.layer_norm(x, (32,), weight, bias, eps=1e-5)
+
+    check(norm, lambda: torch.randn(3, 5, 32))
+
+
+def test_rms_norm() -> None:
+    weight = torch.randn(64)
+
+    def rms_norm(x, eps=1e-6):  # type: ignore[no-untyped-def]
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(variance + eps) * weight
+
+    check(rms_norm, lambda: torch.randn(2, 7, 64))
+
+
+def test_kv_cache_update_with_changing_position() -> None:
+    def step(cache, k, pos):  # type: ignore[no-untyped-def]
+        cache[:, pos] = k
+        return cache[:, : pos + 1].sum(dim=1)
+
+    jitted = trident.jit(step)
+    cache_eager, cache_jit = torch.zeros(4, 16), torch.zeros(4, 16)
+    with count_compiles() as compiles, torch.no_grad():
+        for pos in range(10):
+            k = torch.randn(4)
+            expected = step(cache_eager, k, pos)
+            actual = jitted(cache_jit, k, pos)
+            assert_same(actual, expected)
+            torch.testing.assert_close(cache_jit, cache_eager)
+    # the first position, then one symbolic specialization for all later positions
+    assert compiles() == 2, trident.explain(jitted)
+
+
+def test_views_and_slicing_alias_inputs() -> None:
+    def views(x):  # type: ignore[no-untyped-def]
+        return x[1:, ::2], x.t(), x.view(-1)[3:7], x.unsqueeze(0).expand(3, -1, -1)
+
+    x = torch.randn(6, 8)
+    jitted = check(views, lambda: torch.randn(6, 8))
+    a, b, c, d = jitted(x)
+    x.add_(1.0)  # views of the input see the change, as in eager
+    torch.testing.assert_close(a, x[1:, ::2])
+    torch.testing.assert_close(b, x.t())
+    torch.testing.assert_close(c, x.view(-1)[3:7])
+    assert a.data_ptr() == x[1:, ::2].data_ptr()
+
+
+def test_reductions() -> None:
+    def reduce(x):  # type: ignore[no-untyped-def]
+        values, indices = x.max(dim=1)
+        return x.sum(), x.mean(dim=0), values, indices, x.amin(dim=-1, keepdim=True), x.argmax()
+
+    check(reduce, lambda: torch.randn(5, 9))
+
+
+def test_scalar_arguments() -> None:
+    def scaled(x, alpha: float, n: int, flag: bool):  # type: ignore[no-untyped-def]
+        y = x * alpha + n
+        return y.relu() if flag else y
+
+    jitted = trident.jit(scaled)
+    x = torch.randn(3, 3)
+    with torch.no_grad():
+        for alpha, n, flag in [(0.5, 2, True), (0.5, 2, False), (1.5, 3, True), (1.5, 4, True)]:
+            assert_same(jitted(x, alpha, n, flag), scaled(x, alpha, n, flag))
+
+
+def test_multiple_outputs_and_python_scalars() -> None:
+    def multi(x, n):  # type: ignore[no-untyped-def]
+        return x + 1, [x * 2, (x.shape[0], n * 3)], None, 1.5
+
+    check(multi, lambda: torch.randn(4, 2), 7)
+
+
+def test_bound_method_of_module() -> None:
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.norm(torch.nn.functional.silu(self.linear(x)) + x)
+
+    block = Block().eval()
+    check(block.forward, lambda: torch.randn(2, 16))
+
+
+def test_method_defined_with_jit_in_class_body() -> None:
+    class Scaler:
+        def __init__(self, factor: float) -> None:
+            self.factor = torch.tensor(factor)
+
+        @trident.jit
+        def scale(self, x):  # type: ignore[no-untyped-def]
+            return x * self.factor
+
+    s = Scaler(3.0)
+    x = torch.randn(4)
+    torch.testing.assert_close(s.scale(x), x * 3.0)
+
+
+def test_closure_over_tensors_sees_in_place_updates() -> None:
+    bias = torch.zeros(4)
+
+    @trident.jit
+    def add_bias(x):  # type: ignore[no-untyped-def]
+        return x + bias
+
+    x = torch.randn(4)
+    torch.testing.assert_close(add_bias(x), x)
+    bias.add_(1.0)  # same tensor object, new values: visible (captured by reference)
+    torch.testing.assert_close(add_bias(x), x + 1.0)
+
+
+def test_in_place_mutation_of_inputs() -> None:
+    def update(x, y):  # type: ignore[no-untyped-def]
+        x.add_(y)
+        y.mul_(2)
+        return x
+
+    jitted = check(update, lambda: torch.randn(3, 4), lambda: torch.randn(3, 4))
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    assert jitted(x, y) is x  # returns the input object itself, as eager
+
+
+def test_dtype_promotion_and_casts() -> None:
+    def cast(x, y):  # type: ignore[no-untyped-def]
+        return (x + y).to(torch.float64), x.half() * 2, (x > 0).sum(), x.int() // 3
+
+    check(cast, lambda: torch.randn(5), lambda: torch.randint(0, 5, (5,)))
+
+
+def test_cat_split_and_indexing() -> None:
+    def pieces(x, idx):  # type: ignore[no-untyped-def]
+        a, b = torch.split(x, 2, dim=0)
+        return torch.cat([b, a], dim=1), x[idx], torch.stack([a, b]).sum(0)
+
+    check(pieces, lambda: torch.randn(4, 3), torch.tensor([0, 2]))
+
+
+def test_allocations_and_factories() -> None:
+    def make(x):  # type: ignore[no-untyped-def]
+        zeros = torch.zeros(x.shape[0], 3)
+        ones = torch.ones_like(x)
+        arange = torch.arange(x.shape[1], dtype=torch.float32)
+        return zeros, ones + arange, torch.full((2,), 7.0), torch.empty_like(x).fill_(2.0)
+
+    check(make, lambda: torch.randn(2, 5))
+
+
+def test_keyword_and_default_arguments() -> None:
+    def fn(x, *, scale=2.0, shift=None):  # type: ignore[no-untyped-def]
+        y = x * scale
+        return y if shift is None else y + shift
+
+    jitted = trident.jit(fn)
+    x, s = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(jitted(x), fn(x))
+    torch.testing.assert_close(jitted(x, scale=3.0), fn(x, scale=3.0))
+    torch.testing.assert_close(jitted(x, shift=s), fn(x, shift=s))
+    torch.testing.assert_close(jitted(x=x, shift=s, scale=0.5), fn(x, shift=s, scale=0.5))
+
+
+def test_list_of_tensors_argument() -> None:
+    def total(xs, w):  # type: ignore[no-untyped-def]
+        return sum(x @ w for x in xs)
+
+    check(total, [torch.randn(2, 3), torch.randn(2, 3)], lambda: torch.randn(3, 3))
+
+
+def test_gelu_with_string_argument_and_where() -> None:
+    def act(x):  # type: ignore[no-untyped-def]
+        return torch.where(x > 0, F.gelu(x, approximate="tanh"), x.exp() - 1)
+
+    check(act, lambda: torch.randn(8, 8))
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1, 4), (5, 1)])
+def test_zero_and_one_sized(shape: tuple[int, int]) -> None:
+    def fn(x):  # type: ignore[no-untyped-def]
+        return x.sum(dim=0), x * 2
+
+    check(fn, lambda: torch.randn(*shape))

@@ -1,0 +1,16 @@
+"""Trace a function the way the driver does, for tests of single passes."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from trident.capture.guards import GuardSet, build_guards
+from trident.capture.inputs import CallFacts, describe_call
+from trident.capture.trace import Dynamism, Trace, trace_function
+
+
+def capture(fn: Callable[..., object], *args: object, dynamism: Dynamism = Dynamism()) -> tuple[CallFacts, Trace, GuardSet]:
+    names = list(inspect.signature(fn).parameters)
+    facts = describe_call(names, list(args))
+    trace = trace_function(fn, len(names), names, list(args), facts, dynamism)
+    return facts, trace, build_guards(facts, trace)
