@@ -181,7 +181,8 @@ class JitFunction:
         index = len(self.specializations)
         compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
         context = self._context_type(compiled.ops, compiled.constants)
-        key = self.entry.structural_key(*self._call_args(values))
+        positional, keywords = self._call_args(values)
+        key = self.entry.structural_key(*positional, **keywords)
         self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
         spec = Specialization(index, guards, facts, trace, compiled, time.perf_counter() - start)
         self.specializations.append(spec)
@@ -193,8 +194,10 @@ class JitFunction:
             log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
         return spec
 
-    def _call_args(self, values: Sequence[object]) -> list[object]:
-        return list(values)  # positional binding of every parameter gives the same slots as the call
+    def _call_args(self, values: Sequence[object]) -> tuple[list[object], dict[str, object]]:
+        """Bound values as a call would pass them (keyword-only parameters by keyword): same slots."""
+        n = self.n_positional
+        return list(values[:n]), dict(zip(self.param_names[n:], values[n:]))
 
     def _newly_dynamic(self, facts: CallFacts) -> Dynamism:
         """Sizes and ints that differ from the latest specialization of the same structure."""

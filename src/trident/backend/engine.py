@@ -39,6 +39,7 @@ class NativeModule:
 
     def __init__(self, module: ir.Module, shared_libs: list[str]) -> None:
         self.engine = ExecutionEngine(module, opt_level=2, shared_libs=shared_libs, enable_pic=True)
+        _capi()  # declares the ctypes signatures used below
         capsule = self.engine._CAPIPtr
         name = ctypes.pythonapi.PyCapsule_GetName(capsule)
         self._handle = _EngineRef(ctypes.pythonapi.PyCapsule_GetPointer(capsule, name))

@@ -240,7 +240,10 @@ def _shape_env_relations(trace: Trace, bound: set[sympy.Symbol]) -> list[Relatio
     relations: list[RelationGuard] = []
     seen: set[sympy.Basic] = set()
     for guard in shape_env.guards:
-        expr = guard.expr
+        # In terms of the symbols that survived replacement (s1 -> s0 after Eq(s0, s1)): the ones the fake
+        # inputs' sizes carry, so the ones bound. Input properties equal to a replaced symbol are checked
+        # against its replacement by PropertyGuards.
+        expr = shape_env.simplify(guard.expr)
         if expr in seen or expr == sympy.true:
             continue
         seen.add(expr)

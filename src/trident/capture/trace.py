@@ -168,11 +168,26 @@ def _basic_index(t: torch.Tensor, index: object) -> torch.Tensor:
     return out
 
 
-class _SymbolicIndexing(TorchFunctionMode):
-    """Routes t[i] / t[i] = v with SymInt indices through _basic_index during tracing."""
+_VALUE_READS = {
+    torch.Tensor.item: ".item()", torch.Tensor.tolist: ".tolist()", torch.Tensor.__bool__: "bool(tensor)",
+    torch.Tensor.__int__: "int(tensor)", torch.Tensor.__float__: "float(tensor)",
+    torch.Tensor.__index__: "using a tensor as an index", torch.Tensor.numpy: ".numpy()",
+}  # fmt: skip
+
+
+class _TracingMode(TorchFunctionMode):
+    """Active while tracing: rejects reads of tensor values in Python, and routes t[i] / t[i] = v with
+    SymInt indices through _basic_index."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        if func in _VALUE_READS:
+            where = user_location(traceback.extract_stack()[:-1])
+            raise exc.UnsupportedConstruct(
+                f"{_VALUE_READS[func]} reads a tensor's value in Python: data-dependent control flow or "
+                f"values cannot be compiled\n  at {where}\n  Keep the computation in tensors (torch.where, "
+                "masking) or move it out of the jitted function."
+            )
         if func is torch.Tensor.__getitem__ and _basic_only(args[1]) and _has_symint(args[1]):
             return _basic_index(args[0], args[1])
         if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
@@ -256,7 +271,7 @@ def trace_function(
         output_holder.append(_flatten_output(result, graph_outputs, placeholders, traced))
         return graph_outputs
 
-    with _translate_capture_errors(), torch.no_grad(), fake_mode, _SymbolicIndexing():
+    with _translate_capture_errors(), torch.no_grad(), fake_mode, _TracingMode():
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     constants, fake_constants = _lift_constants(gm, fake_mode)
     return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])

@@ -41,8 +41,9 @@ typedef struct AtenTensorOpaque* AtenTensorHandle;
 #endif
 
 /* ---------------------------------------------------------------------------------------------------
- * Per-specialization context. Built by the runtime's Python API (`make_context`); generated code only
- * loads from it. Field order is ABI: generated code reads `ops` at offset 0 and `constants` at offset 8.
+ * Per-specialization context. Built by the runtime's Python API (`trident.runtime.Context(ops, constants)`,
+ * whose `address` is this struct; `ops[i]` is a heap c10::OperatorHandle*); generated code only loads from
+ * it. Field order is ABI: generated code reads `ops` at offset 0 and `constants` at offset 8.
  */
 typedef struct {
   void** ops;            /* resolved operator handles, indexed by the op id the compiler assigned */
@@ -86,7 +87,9 @@ typedef struct {
 #define TRIDENT_FLAG_NEG 4
 
 /* Fills *out if obj is exactly a torch.Tensor or torch.nn.Parameter with strided layout, not a tensor
- * subclass, and not a functorch-wrapped or Python-dispatch tensor; returns 1 then, else 0 (out untouched). */
+ * subclass, and not a functorch-wrapped, functionalization-wrapped, zero-tensor or Python-dispatch tensor;
+ * returns 1 then, else 0 (out untouched). Also 0 when reading the metadata throws (e.g. a tensor without
+ * storage data). Never raises. */
 TRIDENT_API int32_t trident_read_tensor(PyObject* obj, TridentTensorMeta* out);
 /* 1 and *out = value if obj is exactly int (bool is not an int here) and fits in int64; else 0. */
 TRIDENT_API int32_t trident_read_int(PyObject* obj, int64_t* out);
@@ -108,7 +111,8 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
  * bit 2 inference mode, bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
 TRIDENT_API int64_t trident_global_state(void);
 
-/* Borrowed handle of a tensor argument already checked by a guard (no type check here). */
+/* Borrowed handle of a tensor argument already checked by a guard (no type check here). The accessors below
+ * take 0 <= dim < tensor dim (no negative wrapping, no bounds check). */
 TRIDENT_API AtenTensorHandle trident_tensor_handle(PyObject* obj);
 TRIDENT_API int64_t trident_tensor_size(AtenTensorHandle t, int64_t dim);
 TRIDENT_API int64_t trident_tensor_stride(AtenTensorHandle t, int64_t dim);
@@ -128,9 +132,15 @@ TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
  *   OPT_TENSOR_LIST value = pointer to AtenTensorHandle[len], NULL entries are None; len = tag >> 8
  *   STRING          value = pointer to a NUL-terminated string
  *   DEVICE          value = (device_type << 16) | (device_index & 0xffff), index 0xffff meaning none
+ * `nargs` must equal the schema's argument count (defaults included, kwarg-only ones in schema order), or the
+ * call fails. A NULL TENSOR handle passes None (for Tensor? arguments); a NULL TENSOR_LIST entry passes an
+ * undefined tensor.
  * Returns are flattened into `rets`: each returned Tensor is one new owned handle; each returned Tensor[]
- * contributes its elements in order. The count must equal `nrets`, or the call fails.
- * Failure sets the thread-local error with the operator's message and Python exception kind.
+ * contributes its elements in order; a returned None or undefined tensor is a NULL handle. Other return
+ * types (int, float, ...) fail. The count must equal `nrets`, or the call fails (and no handle is returned).
+ * Failure sets the thread-local error with the operator's message and Python exception kind. If the operator
+ * ran Python that raised (a Python kernel), that Python exception is also left set, and the entry raises it.
+ * Called with the GIL held, which stays held while the operator runs.
  */
 #define TRIDENT_TAG_NONE 0
 #define TRIDENT_TAG_TENSOR 1
@@ -155,7 +165,7 @@ TRIDENT_API void trident_tensor_delete(AtenTensorHandle t);
  * Building results (new references; NULL with a Python error set on failure).
  */
 /* The Python tensor for `t` (the same object if the tensor already has one, as for in-place results).
- * Does not take ownership of the handle. */
+ * Does not take ownership of the handle. A NULL handle gives None. */
 TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t);
 TRIDENT_API PyObject* trident_new_ref(PyObject* obj);
 TRIDENT_API PyObject* trident_box_int(int64_t v);

@@ -7,6 +7,7 @@ block so they dominate every use.
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 PTR = "!llvm.ptr"
 I64 = "i64"
@@ -94,13 +95,9 @@ class FunctionBuilder:
         if key not in self._constants:
             name = self.fresh("c")
             if type_ == F64:
-                literal = repr(float(value))
-                if literal in ("inf", "-inf", "nan"):
-                    import struct
-
-                    bits = struct.unpack("<q", struct.pack("<d", float(value)))[0]
-                    literal = f"0x{bits & 0xFFFFFFFFFFFFFFFF:016X}"
-                self._prologue.append(f"    {name} = arith.constant {literal} : f64")
+                # The bit pattern as a hex literal: exact, and valid for inf/nan too.
+                bits = struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+                self._prologue.append(f"    {name} = arith.constant 0x{bits:016X} : f64")
             elif type_ == I1:
                 self._prologue.append(f"    {name} = arith.constant {'true' if value else 'false'}")
             else:

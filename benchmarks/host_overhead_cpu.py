@@ -1,0 +1,156 @@
+"""Host overhead on CPU: eager vs torch.compile vs trident.jit on tiny tensors, in one process.
+
+Tiny tensors make the ATen kernels nearly free, so per-call time is host overhead: Python argument
+parsing and dispatch (eager), guard evaluation and the Python wrapper (torch.compile), or the native
+entry, guards and dispatcher calls (trident). Also measured: the entry alone (binding, key, a no-op
+specialization) and the guard function alone for a 2-tensor program.
+
+    python benchmarks/host_overhead_cpu.py [--repeat N] [--quick] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import trident
+
+
+def chain(n_ops: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A program of n_ops cheap ATen ops on two small tensors (a mix of pointwise ops and reductions)."""
+
+    def program(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i in range(n_ops // 4):
+            h = h * y
+            h = h + x
+            h = torch.relu(h) if i % 2 == 0 else torch.tanh(h)
+            h = h - h.mean(dim=-1, keepdim=True)
+        return h
+
+    program.__name__ = f"chain{n_ops}"
+    return program
+
+
+def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7) -> tuple[float, float]:
+    """(median, spread) of µs per call over `rounds` rounds of `repeat` calls, after warm-up."""
+    for _ in range(max(repeat // 10, 20)):
+        fn()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        samples.append((time.perf_counter() - start) / repeat * 1e6)
+    samples.sort()
+    return statistics.median(samples), samples[-1] - samples[0]
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch_mlir  # noqa: F401
+
+    return {
+        "cpu": cpu,
+        "threads": str(torch.get_num_threads()),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_mlir": _version("torch-mlir"),
+        "triton": _version("triton"),
+        "trident": trident.__version__,
+    }
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="one short round per system (smoke test)")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to build on CPU)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    repeat, rounds = (20, 1) if args.quick else (args.repeat, 7)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    results: dict[str, dict[str, float]] = {}
+    with torch.no_grad():
+        for n_ops in (20, 100):
+            program = chain(n_ops)
+            systems: dict[str, Callable[[], object]] = {"eager": lambda p=program: p(x, y)}
+            if not args.no_compile:
+                compiled = torch.compile(program)
+                systems["torch.compile"] = lambda c=compiled: c(x, y)
+            jitted = trident.jit(program)
+            torch.testing.assert_close(jitted(x, y), program(x, y))
+            systems["trident"] = lambda j=jitted: j(x, y)
+            row = {}
+            for name, fn in systems.items():
+                median, spread = time_per_call(fn, repeat, rounds)
+                row[name] = median
+                row[name + " spread"] = spread
+            results[f"{n_ops} ops"] = row
+
+        # The entry alone: binding, structural key, a specialization whose guard and run do nothing.
+        from trident.runtime import load_runtime
+
+        runtime = load_runtime()
+        entry = runtime.Entry("noop", lambda *a: None, ("x", "y"), 2, {})
+        context = runtime.Context([], [])
+        entry.add_spec(
+            entry.structural_key(x, y), runtime.always_guard_address(), runtime.noop_run_address(), context, None
+        )
+        entry_us, _ = time_per_call(lambda: entry(x, y), repeat, rounds)
+        # The guard function alone, for the 2-tensor 20-op program (native loop, no Python per call).
+        jit20 = trident.jit(chain(20))
+        jit20(x, y)
+        spec = jit20._trident.specializations[0]  # type: ignore[attr-defined]
+        guard_context = runtime.Context(spec.compiled.ops, spec.compiled.constants)
+        guard_ns = runtime.time_guard(spec.compiled.guard_address, guard_context, (x, y), 200000)
+
+    info = machine()
+    print(f"machine: {info['cpu']} ({info['threads']} threads); Python {info['python']}, torch {info['torch']}, "
+          f"torch-mlir {info['torch_mlir']}, trident {info['trident']}")
+    header = f"{'program':<10} {'eager µs':>10} {'compile µs':>11} {'trident µs':>11} {'vs eager':>9} {'vs compile':>11}"
+    print(header)
+    print("-" * len(header))
+    for name, row in results.items():
+        compiled_us = row.get("torch.compile", float("nan"))
+        print(
+            f"{name:<10} {row['eager']:>10.2f} {compiled_us:>11.2f} {row['trident']:>11.2f} "
+            f"{row['eager'] / row['trident']:>8.2f}x {compiled_us / row['trident']:>10.2f}x"
+        )
+    print(f"entry only (bind + key + no-op specialization): {entry_us * 1e3:.0f} ns per call (from Python)")
+    print(f"guards only, 2 tensors (native loop):            {guard_ns:.0f} ns per call")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"machine": info, "results": results, "entry_ns": entry_us * 1e3, "guard_ns": guard_ns}, indent=2)
+        )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,469 @@
+/*
+ * entry.cpp — the Entry type: the callable a jitted function becomes.
+ *
+ * A call binds its arguments into parameter-order slots, hashes their structure (types; dtype, device, rank
+ * and flags of tensors; identity of True/False/None) into a key, and tries the specializations compiled for
+ * that key in the order they were added: the first whose guard accepts the slots runs. That is the fast path,
+ * and it neither allocates Python objects nor runs Python code of its own. Anything else — a binding the
+ * compiled signature does not cover, an unseen key, every guard saying no — is a miss: the original call goes
+ * unchanged to the Python miss handler, which compiles and add_spec()s the new specialization.
+ */
+#include <unordered_map>
+#include <vector>
+
+#include "runtime_internal.h"
+
+#include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
+
+namespace {
+
+struct Spec {
+  trident_guard_fn guard;
+  trident_run_fn run;
+  TridentSpecContext* ctx;
+  PyObject* context;    // strong: owns *ctx
+  PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
+  uint64_t hits;
+};
+
+struct EntryState {
+  std::vector<Spec> specs;                                   // by spec index, in insertion order
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_key;  // structural key -> spec indices
+  // Bumped by every add_spec/clear. Guards and runs may call Python that changes the entry, so the fast
+  // path stops trusting its references into the containers above when this moves.
+  uint64_t version = 0;
+  uint64_t clears = 0;  // bumped by clear() only: spec indices taken before then are stale
+};
+
+struct EntryObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* dict;          // instance __dict__ (functools.update_wrapper writes __name__, __wrapped__, ...)
+  PyObject* weakrefs;
+  PyObject* name;
+  PyObject* miss_handler;
+  PyObject* param_names;   // tuple of interned str, in parameter order
+  PyObject** defaults;     // n_params entries, strong or NULL (no default: the argument is required)
+  PyObject* defaults_dict;  // the dict given to the constructor, for introspection
+  Py_ssize_t n_params;
+  Py_ssize_t n_positional;  // parameters [0, n_positional) are positional-or-keyword, the rest keyword-only
+  unsigned long long misses;
+  EntryState* state;
+};
+
+EntryObject* as_entry(PyObject* obj) { return reinterpret_cast<EntryObject*>(obj); }
+
+// Slots live on the C stack for the usual parameter counts; only long signatures touch the heap.
+struct SlotBuffer {
+  static constexpr Py_ssize_t kInline = 16;
+  PyObject* local[kInline];
+  PyObject** data;
+  explicit SlotBuffer(Py_ssize_t n)
+      : data(n <= kInline ? local : static_cast<PyObject**>(PyMem_Malloc(sizeof(PyObject*) * n))) {}
+  ~SlotBuffer() {
+    if (data != local) PyMem_Free(data);
+  }
+  SlotBuffer(const SlotBuffer&) = delete;
+  SlotBuffer& operator=(const SlotBuffer&) = delete;
+};
+
+// --- The fast path ---------------------------------------------------------------------------------------
+
+Py_ssize_t find_parameter(const EntryObject* self, PyObject* keyword) {
+  // Keyword names from call sites and parameter names are both interned in practice: pointers first.
+  for (Py_ssize_t p = 0; p < self->n_params; ++p) {
+    if (PyTuple_GET_ITEM(self->param_names, p) == keyword) return p;
+  }
+  for (Py_ssize_t p = 0; p < self->n_params; ++p) {
+    if (PyUnicode_Compare(PyTuple_GET_ITEM(self->param_names, p), keyword) == 0) return p;
+  }
+  return -1;
+}
+
+// Binds a vectorcall into `slots` (borrowed, parameter order). false for anything the compiled signature
+// does not take as is; the miss handler, a Python function, then binds again and raises the TypeError.
+bool bind_arguments(const EntryObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames,
+                    PyObject** slots) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs > self->n_positional) return false;
+  for (Py_ssize_t i = 0; i < self->n_params; ++i) slots[i] = i < nargs ? args[i] : nullptr;
+  if (kwnames != nullptr) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+      const Py_ssize_t p = find_parameter(self, PyTuple_GET_ITEM(kwnames, k));
+      if (p < 0 || slots[p] != nullptr) return false;  // unknown, or given twice
+      slots[p] = args[nargs + k];
+    }
+  }
+  for (Py_ssize_t i = 0; i < self->n_params; ++i) {
+    if (slots[i] == nullptr) {
+      if (self->defaults[i] == nullptr) return false;  // a required argument is missing
+      slots[i] = self->defaults[i];
+    }
+  }
+  return true;
+}
+
+inline uint64_t mix(uint64_t h, uint64_t word) {
+  // splitmix64's finalizer over (h ^ word): nearby pointers and small enums spread over all 64 bits.
+  uint64_t z = (h ^ word) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The key selects candidates only; guards decide. A collision costs a guard call, never a wrong result.
+uint64_t structural_key(PyObject* const* slots, Py_ssize_t n) {
+  uint64_t h = static_cast<uint64_t>(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* obj = slots[i];
+    h = mix(h, reinterpret_cast<uintptr_t>(Py_TYPE(obj)));
+    TridentTensorMeta meta;
+    if (trident_read_tensor(obj, &meta)) {
+      h = mix(h, static_cast<uint64_t>(meta.dtype) | static_cast<uint64_t>(meta.device_type) << 8 |
+                     static_cast<uint64_t>(meta.device_index & 0xffff) << 16 | static_cast<uint64_t>(meta.dim) << 32);
+      h = mix(h, static_cast<uint64_t>(meta.flags));
+    } else if (obj == Py_True || obj == Py_False || obj == Py_None) {
+      h = mix(h, reinterpret_cast<uintptr_t>(obj));
+    }
+  }
+  return h;
+}
+
+enum class Outcome { kHit, kMiss, kError };
+
+// Bind, key, select, run — without the miss handler. On kHit *result holds the run's new reference; on
+// kError a Python exception is set.
+Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames,
+                            PyObject** result) {
+  SlotBuffer slots(self->n_params);
+  if (slots.data == nullptr) {
+    PyErr_NoMemory();
+    return Outcome::kError;
+  }
+  if (!bind_arguments(self, args, nargsf, kwnames, slots.data)) return Outcome::kMiss;
+  EntryState* state = self->state;
+  const auto found = state->by_key.find(structural_key(slots.data, self->n_params));
+  if (found == state->by_key.end()) return Outcome::kMiss;
+
+  const uint64_t version = state->version;
+  const uint64_t clears = state->clears;
+  const std::vector<uint32_t>& candidates = found->second;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const uint32_t index = candidates[i];
+    // A copy, plus references to what owns the code and its context: a guard or run that calls Python
+    // may clear() the entry, and the code must not be freed under it.
+    const Spec spec = state->specs[index];
+    Py_INCREF(spec.context);
+    Py_INCREF(spec.keepalive);
+    if (!spec.guard(spec.ctx, slots.data)) {
+      Py_DECREF(spec.context);
+      Py_DECREF(spec.keepalive);
+      if (state->version != version) return Outcome::kMiss;  // `candidates` may be gone: let Python retry
+      continue;
+    }
+    PyObject* out = nullptr;
+    const int32_t status = spec.run(spec.ctx, slots.data, &out);
+    Py_DECREF(spec.context);
+    Py_DECREF(spec.keepalive);
+    if (status != TRIDENT_OK) {
+      Py_XDECREF(out);
+      // A run that set a Python error (e.g. from a Python callback or kernel) keeps that exact exception.
+      if (!PyErr_Occurred()) trident::raise_last_error();
+      return Outcome::kError;
+    }
+    if (out == nullptr) {
+      PyErr_SetString(PyExc_SystemError, "trident: a compiled specialization succeeded without a result");
+      return Outcome::kError;
+    }
+    if (state->clears == clears) ++state->specs[index].hits;
+    *result = out;
+    return Outcome::kHit;
+  }
+  return Outcome::kMiss;
+}
+
+PyObject* entry_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  EntryObject* self = as_entry(callable);
+  PyObject* result = nullptr;
+  switch (call_specialization(self, args, nargsf, kwnames, &result)) {
+    case Outcome::kHit: return result;
+    case Outcome::kError: return nullptr;
+    case Outcome::kMiss: break;
+  }
+  ++self->misses;
+  if (self->miss_handler == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "trident: this entry has been cleared (no miss handler)");
+    return nullptr;
+  }
+  // The original arguments, untouched (nargsf keeps PY_VECTORCALL_ARGUMENTS_OFFSET: we never wrote args[-1]).
+  return PyObject_Vectorcall(self->miss_handler, args, nargsf, kwnames);
+}
+
+// --- Methods (slow path: Python calls them on a miss, in tests and tools) --------------------------------
+
+PyObject* entry_structural_key(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  EntryObject* self = as_entry(self_obj);
+  SlotBuffer slots(self->n_params);
+  if (slots.data == nullptr) return PyErr_NoMemory();
+  // The same two functions the fast path uses, so the key a miss handler registers is the key calls compute.
+  if (!bind_arguments(self, args, static_cast<size_t>(nargs), kwnames, slots.data)) Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong(structural_key(slots.data, self->n_params));
+}
+
+PyObject* entry_try_call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* result = nullptr;
+  switch (call_specialization(as_entry(self_obj), args, static_cast<size_t>(nargs), kwnames, &result)) {
+    case Outcome::kHit: return Py_BuildValue("(ON)", Py_True, result);
+    case Outcome::kError: return nullptr;
+    case Outcome::kMiss: break;
+  }
+  return Py_BuildValue("(OO)", Py_False, Py_None);
+}
+
+PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
+  unsigned long long key = 0;
+  PyObject* guard_address = nullptr;
+  PyObject* run_address = nullptr;
+  PyObject* context = nullptr;
+  PyObject* keepalive = nullptr;
+  if (!PyArg_ParseTuple(args, "KOOO!O:add_spec", &key, &guard_address, &run_address, &trident::ContextType, &context,
+                        &keepalive)) {
+    return nullptr;
+  }
+  auto guard = reinterpret_cast<trident_guard_fn>(PyLong_AsVoidPtr(guard_address));
+  if (guard == nullptr && PyErr_Occurred()) return nullptr;
+  auto run = reinterpret_cast<trident_run_fn>(PyLong_AsVoidPtr(run_address));
+  if (run == nullptr && PyErr_Occurred()) return nullptr;
+  if (guard == nullptr || run == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "add_spec: guard and run addresses must be non-zero");
+    return nullptr;
+  }
+  EntryState* state = as_entry(self_obj)->state;
+  const auto index = static_cast<uint32_t>(state->specs.size());
+  Py_INCREF(context);
+  Py_INCREF(keepalive);
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0});
+  state->by_key[key].push_back(index);
+  ++state->version;
+  return PyLong_FromUnsignedLong(index);
+}
+
+void release_specs(EntryState* state) {
+  // Empty the containers before dropping references: a keepalive's finalizer may call back into the entry.
+  std::vector<Spec> specs;
+  specs.swap(state->specs);
+  state->by_key.clear();
+  ++state->version;
+  ++state->clears;
+  for (const Spec& spec : specs) {
+    Py_DECREF(spec.context);
+    Py_DECREF(spec.keepalive);
+  }
+}
+
+PyObject* entry_clear_specs(PyObject* self_obj, PyObject*) {
+  release_specs(as_entry(self_obj)->state);
+  Py_RETURN_NONE;
+}
+
+PyObject* entry_hits(PyObject* self_obj, PyObject*) {
+  const std::vector<Spec>& specs = as_entry(self_obj)->state->specs;
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(specs.size()));
+  if (list == nullptr) return nullptr;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    PyObject* count = PyLong_FromUnsignedLongLong(specs[i].hits);
+    if (count == nullptr) return Py_DECREF(list), nullptr;
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), count);
+  }
+  return list;
+}
+
+// --- Type plumbing ---------------------------------------------------------------------------------------
+
+// Entry(name, miss_handler, param_names, n_positional, defaults)
+PyObject* entry_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"name", "miss_handler", "param_names", "n_positional", "defaults", nullptr};
+  PyObject* name = nullptr;
+  PyObject* miss_handler = nullptr;
+  PyObject* param_names = nullptr;
+  Py_ssize_t n_positional = 0;
+  PyObject* defaults = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOO!nO!:Entry", const_cast<char**>(kwlist), &name, &miss_handler,
+                                   &PyTuple_Type, &param_names, &n_positional, &PyDict_Type, &defaults)) {
+    return nullptr;
+  }
+  if (!PyCallable_Check(miss_handler)) {
+    PyErr_SetString(PyExc_TypeError, "Entry: miss_handler must be callable");
+    return nullptr;
+  }
+  const Py_ssize_t n_params = PyTuple_GET_SIZE(param_names);
+  if (n_positional < 0 || n_positional > n_params) {
+    PyErr_Format(PyExc_ValueError, "Entry: n_positional must be in [0, %zd], got %zd", n_params, n_positional);
+    return nullptr;
+  }
+  // Interned copies make keyword matching a pointer comparison for names that come from source code.
+  PyObject* names = PyTuple_New(n_params);
+  if (names == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n_params; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(param_names, i);
+    if (!PyUnicode_CheckExact(item)) {
+      Py_DECREF(names);
+      PyErr_SetString(PyExc_TypeError, "Entry: param_names must be a tuple of str");
+      return nullptr;
+    }
+    Py_INCREF(item);
+    PyUnicode_InternInPlace(&item);
+    PyTuple_SET_ITEM(names, i, item);
+  }
+
+  auto* self = as_entry(type->tp_alloc(type, 0));
+  if (self == nullptr) return Py_DECREF(names), nullptr;
+  PyObject* self_obj = reinterpret_cast<PyObject*>(self);
+  self->vectorcall = entry_vectorcall;
+  self->state = new EntryState();
+  self->param_names = names;
+  self->n_params = n_params;
+  self->n_positional = n_positional;
+  Py_INCREF(name);
+  self->name = name;
+  Py_INCREF(miss_handler);
+  self->miss_handler = miss_handler;
+  Py_INCREF(defaults);
+  self->defaults_dict = defaults;
+  self->defaults = static_cast<PyObject**>(PyMem_Calloc(n_params > 0 ? n_params : 1, sizeof(PyObject*)));
+  if (self->defaults == nullptr) return Py_DECREF(self_obj), PyErr_NoMemory();
+
+  PyObject* position = nullptr;
+  PyObject* value = nullptr;
+  Py_ssize_t cursor = 0;
+  while (PyDict_Next(defaults, &cursor, &position, &value)) {
+    const Py_ssize_t p = PyLong_Check(position) ? PyLong_AsSsize_t(position) : -1;
+    if (p < 0 || p >= n_params) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_ValueError, "Entry: defaults keys must be parameter indices");
+      Py_DECREF(self_obj);
+      return nullptr;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->defaults[p], value);
+  }
+  // An unwrapped Entry still reports a useful __name__; update_wrapper overwrites it.
+  if (PyObject_SetAttrString(self_obj, "__name__", name) < 0) return Py_DECREF(self_obj), nullptr;
+  return self_obj;
+}
+
+int entry_traverse(PyObject* self_obj, visitproc visit, void* arg) {
+  EntryObject* self = as_entry(self_obj);
+  Py_VISIT(self->dict);
+  Py_VISIT(self->name);
+  Py_VISIT(self->miss_handler);
+  Py_VISIT(self->param_names);
+  Py_VISIT(self->defaults_dict);
+  if (self->defaults != nullptr) {
+    for (Py_ssize_t i = 0; i < self->n_params; ++i) Py_VISIT(self->defaults[i]);
+  }
+  if (self->state != nullptr) {
+    for (const Spec& spec : self->state->specs) {
+      Py_VISIT(spec.context);
+      Py_VISIT(spec.keepalive);
+    }
+  }
+  return 0;
+}
+
+int entry_clear(PyObject* self_obj) {
+  EntryObject* self = as_entry(self_obj);
+  Py_CLEAR(self->dict);
+  Py_CLEAR(self->miss_handler);
+  Py_CLEAR(self->defaults_dict);
+  if (self->defaults != nullptr) {
+    for (Py_ssize_t i = 0; i < self->n_params; ++i) Py_CLEAR(self->defaults[i]);
+  }
+  if (self->state != nullptr) release_specs(self->state);
+  // name and param_names stay: plain strings cannot be part of a cycle, and binding still reads them.
+  return 0;
+}
+
+void entry_dealloc(PyObject* self_obj) {
+  EntryObject* self = as_entry(self_obj);
+  PyObject_GC_UnTrack(self_obj);
+  if (self->weakrefs != nullptr) PyObject_ClearWeakRefs(self_obj);
+  entry_clear(self_obj);
+  Py_CLEAR(self->name);
+  Py_CLEAR(self->param_names);
+  PyMem_Free(self->defaults);
+  delete self->state;
+  Py_TYPE(self_obj)->tp_free(self_obj);
+}
+
+// Makes a jitted function defined in a class body bind like a method: instance.f(x) calls f(instance, x).
+PyObject* entry_descr_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyObject* entry_repr(PyObject* self_obj) {
+  EntryObject* self = as_entry(self_obj);
+  return PyUnicode_FromFormat("<trident.runtime.Entry %R: %zd specializations>", self->name,
+                              static_cast<Py_ssize_t>(self->state->specs.size()));
+}
+
+PyMethodDef entry_methods[] = {
+    {"add_spec", entry_add_spec, METH_VARARGS,
+     "add_spec(key, guard_address, run_address, context, keepalive) -> int: spec index; keeps context and "
+     "keepalive alive until clear()"},
+    {"clear", entry_clear_specs, METH_NOARGS, "drop every specialization (and the references they hold)"},
+    {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},
+    {"structural_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(entry_structural_key)),
+     METH_FASTCALL | METH_KEYWORDS, "structural_key(*args, **kwargs) -> int | None (None: binding fails)"},
+    {"try_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(entry_try_call)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "try_call(*args, **kwargs) -> (bool, object): the fast path without the miss handler"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef entry_members[] = {
+    {"name", T_OBJECT, offsetof(EntryObject, name), READONLY, "the jitted function's name"},
+    {"miss_handler", T_OBJECT, offsetof(EntryObject, miss_handler), READONLY,
+     "called with the original arguments on a miss"},
+    {"param_names", T_OBJECT, offsetof(EntryObject, param_names), READONLY, "parameter names, in slot order"},
+    {"n_positional", T_PYSSIZET, offsetof(EntryObject, n_positional), READONLY, "positional-or-keyword parameters"},
+    {"defaults", T_OBJECT, offsetof(EntryObject, defaults_dict), READONLY, "parameter index -> default value"},
+    {"misses", T_ULONGLONG, offsetof(EntryObject, misses), 0, "calls that went to the miss handler (writable)"},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyGetSetDef entry_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+}  // namespace
+
+PyTypeObject trident::EntryType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool trident::ready_entry_type() {
+  PyTypeObject& t = EntryType;
+  t.tp_name = "trident.runtime.Entry";
+  t.tp_doc = "Entry(name, miss_handler, param_names, n_positional, defaults): a jitted function's native entry";
+  t.tp_basicsize = sizeof(EntryObject);
+  // METHOD_DESCRIPTOR: `obj.f(x)` may call f(obj, x) without building a bound method, as for functions.
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  t.tp_vectorcall_offset = offsetof(EntryObject, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  t.tp_dictoffset = offsetof(EntryObject, dict);
+  t.tp_weaklistoffset = offsetof(EntryObject, weakrefs);
+  t.tp_new = entry_new;
+  t.tp_dealloc = entry_dealloc;
+  t.tp_traverse = entry_traverse;
+  t.tp_clear = entry_clear;
+  t.tp_descr_get = entry_descr_get;
+  t.tp_repr = entry_repr;
+  t.tp_methods = entry_methods;
+  t.tp_members = entry_members;
+  t.tp_getset = entry_getset;
+  return PyType_Ready(&t) == 0;
+}

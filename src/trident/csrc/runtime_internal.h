@@ -1,0 +1,42 @@
+/*
+ * runtime_internal.h — what the runtime's .cpp files share with each other and nobody else.
+ *
+ * The public contract is trident_runtime.h (the C ABI generated code calls). This header only connects the
+ * pieces of the one shared object: the Python module (module.cpp, entry.cpp) needs to resolve operators
+ * (op_call.cpp), name the tensor types (tensor_access.cpp) and raise the thread's last error (errors.cpp),
+ * without including torch's heavy headers itself. Nothing here is exported from the shared object.
+ */
+#ifndef TRIDENT_RUNTIME_INTERNAL_H
+#define TRIDENT_RUNTIME_INTERNAL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "trident_runtime.h"
+
+namespace trident {
+
+/* tensor_access.cpp: the exact types trident_read_tensor accepts (torch.Tensor, torch.nn.Parameter).
+ * Borrowed: module.cpp keeps the strong references. */
+void set_tensor_types(PyTypeObject* tensor_type, PyTypeObject* parameter_type);
+
+/* op_call.cpp: a heap c10::OperatorHandle* for "ns::name" + overload ("" = default overload), or NULL with a
+ * Python ValueError naming the operator. Released with free_operator. */
+void* resolve_operator(const char* name, const char* overload);
+void free_operator(void* op);
+
+/* errors.cpp: raises this thread's last error (trident_last_error) as the matching Python exception class;
+ * always returns NULL so callers can `return raise_last_error();`. */
+PyObject* raise_last_error();
+
+/* entry.cpp / module.cpp: the two extension types, readied and added to the module by PyInit. */
+extern PyTypeObject EntryType;
+extern PyTypeObject ContextType;
+bool ready_entry_type();
+
+/* module.cpp: the C struct inside a Context object (for Entry.add_spec, which keeps the object alive). */
+TridentSpecContext* context_struct(PyObject* context);
+
+}  // namespace trident
+
+#endif /* TRIDENT_RUNTIME_INTERNAL_H */

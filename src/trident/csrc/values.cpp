@@ -1,0 +1,82 @@
+/*
+ * values.cpp — plain Python values across the C ABI: reading int/float/bool/None/tuple/list arguments in
+ * guards, and building results (boxed scalars, tuples, lists) in run functions.
+ *
+ * Readers are exact-type checks (a bool is not an int here, a tuple subclass is not a tuple): a guard that
+ * accepted a look-alike would run code compiled for something else. They never raise; 0 means "no".
+ */
+#include "runtime_internal.h"
+
+extern "C" {
+
+TRIDENT_API int32_t trident_read_int(PyObject* obj, int64_t* out) {
+  if (!PyLong_CheckExact(obj)) return 0;
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  // Ints past int64 are not something compiled code can hold: report "no", never an error.
+  if (overflow != 0) return 0;
+  *out = value;
+  return 1;
+}
+
+TRIDENT_API int32_t trident_read_float(PyObject* obj, double* out) {
+  if (!PyFloat_CheckExact(obj)) return 0;
+  *out = PyFloat_AS_DOUBLE(obj);
+  return 1;
+}
+
+TRIDENT_API int32_t trident_read_bool(PyObject* obj, int64_t* out) {
+  if (obj == Py_True) {
+    *out = 1;
+    return 1;
+  }
+  if (obj == Py_False) {
+    *out = 0;
+    return 1;
+  }
+  return 0;
+}
+
+TRIDENT_API int32_t trident_is_none(PyObject* obj) { return obj == Py_None ? 1 : 0; }
+
+TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length) {
+  if (kind == TRIDENT_SEQ_TUPLE) return PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == length;
+  if (kind == TRIDENT_SEQ_LIST) return PyList_CheckExact(obj) && PyList_GET_SIZE(obj) == length;
+  return 0;
+}
+
+TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
+  // Checked by trident_check_sequence first, so the exact type tells which macro applies.
+  return PyTuple_CheckExact(obj) ? PyTuple_GET_ITEM(obj, index) : PyList_GET_ITEM(obj, index);
+}
+
+TRIDENT_API PyObject* trident_new_ref(PyObject* obj) {
+  Py_INCREF(obj);
+  return obj;
+}
+
+TRIDENT_API PyObject* trident_box_int(int64_t v) { return PyLong_FromLongLong(v); }
+
+TRIDENT_API PyObject* trident_box_float(double v) { return PyFloat_FromDouble(v); }
+
+TRIDENT_API PyObject* trident_box_bool(int64_t v) { return PyBool_FromLong(v != 0); }
+
+TRIDENT_API PyObject* trident_sequence_new(int64_t kind, int64_t length) {
+  if (kind == TRIDENT_SEQ_TUPLE) return PyTuple_New(length);
+  if (kind == TRIDENT_SEQ_LIST) return PyList_New(length);
+  PyErr_Format(PyExc_SystemError, "trident_sequence_new: unknown sequence kind %lld", (long long)kind);
+  return nullptr;
+}
+
+TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* item) {
+  // Both macros steal `item`; the empty slots of a fresh tuple/list hold NULL, so nothing is leaked.
+  if (PyTuple_CheckExact(seq)) {
+    PyTuple_SET_ITEM(seq, index, item);
+  } else {
+    PyList_SET_ITEM(seq, index, item);
+  }
+}
+
+TRIDENT_API void trident_decref(PyObject* obj) { Py_XDECREF(obj); }
+
+}  // extern "C"

@@ -1,0 +1,149 @@
+"""Build the native runtime (src/trident/csrc/*.cpp) into one shared object, once per torch/Python/source.
+
+The shared object is both a CPython extension module (the Entry and Context types) and the library whose C
+ABI generated code calls (`runtime_library_path()` goes into the ExecutionEngine's shared_libs). It lives
+under `<TRIDENT_CACHE_DIR>/runtime/torch-<version>-<python>-<hash>/`, where the hash covers the sources,
+the compiler command and the torch installation, so a changed source or another torch gets its own build.
+
+g++ is invoked directly (no ninja). The translation units compile in parallel; the link writes into a
+temporary directory next to the target and `os.replace` publishes it, so concurrent builders never expose
+a half-written file to each other (a lock file also makes a second builder wait instead of compiling).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from trident.exc import TridentError
+from trident.knobs import knobs
+
+MODULE_NAME = "_trident_runtime"  # PyInit__trident_runtime in csrc/module.cpp
+CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
+COMPILER = "g++"
+COMPILE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-g0")
+TORCH_LIBS = ("-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10")
+
+
+class RuntimeBuildError(TridentError):
+    """The native runtime failed to compile or link; the message carries the command and compiler output."""
+
+
+def _torch_lib_dir() -> Path:
+    return Path(torch.__file__).resolve().parent / "lib"
+
+
+def _sources() -> list[Path]:
+    return sorted(CSRC_DIR.glob("*.cpp"))
+
+
+def _abi_define() -> str:
+    return f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+
+
+@functools.lru_cache(maxsize=None)
+def _build_dir() -> Path:
+    """The cache folder for this (torch, Python, sources, flags) combination."""
+    digest = hashlib.sha256()
+    for path in sorted(CSRC_DIR.glob("*.cpp")) + sorted(CSRC_DIR.glob("*.h")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    # Everything else that changes the binary: the command template and which torch it links against.
+    for part in (COMPILER, *COMPILE_FLAGS, *TORCH_LIBS, _abi_define(), str(_torch_lib_dir())):
+        digest.update(part.encode() + b"\0")
+    tag = f"torch-{torch.__version__}-{sys.implementation.cache_tag}-{digest.hexdigest()[:16]}"
+    return knobs.cache_dir / "runtime" / tag
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeBuildError(
+            f"building Trident's native runtime failed (exit status {result.returncode})\n"
+            f"command: {shlex.join(command)}\n{result.stderr}{result.stdout}"
+        )
+
+
+def _build(target: Path) -> None:
+    # Only needed when building; importing cpp_extension costs time that a cached load should not pay.
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    compile_base = [COMPILER, *COMPILE_FLAGS, _abi_define(), *(f"-I{d}" for d in includes)]
+    lib_dir = str(_torch_lib_dir())
+    print(f"trident: building the native runtime for torch {torch.__version__} (once, ~30 s)...",
+          file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
+        sources = _sources()
+        objects = [str(Path(work) / (src.stem + ".o")) for src in sources]
+        commands = [[*compile_base, "-c", str(src), "-o", obj] for src, obj in zip(sources, objects)]
+        workers = max(1, min(len(commands), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(_run, command) for command in commands]:
+                future.result()  # re-raises the first compiler failure with its output
+        partial = Path(work) / target.name
+        _run([COMPILER, "-shared", *objects, "-o", str(partial), f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}",
+              *TORCH_LIBS])
+        # Atomic publish: another process sees either no file or a complete one (same filesystem).
+        os.replace(partial, target)
+
+
+def runtime_library_path() -> str:
+    """Path of the runtime shared object for this torch and Python, building it first if needed."""
+    target = _build_dir() / f"{MODULE_NAME}.so"
+    if target.exists():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # One builder at a time per folder (parallel test workers would otherwise all compile); the atomic
+    # os.replace in _build keeps a reader safe even where the lock is not honoured.
+    with open(target.parent / ".lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not target.exists():  # another process may have built it while we waited
+                _build(target)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return str(target)
+
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+last_build_seconds: float | None = None  # set when this process built the library (None: it was cached)
+
+
+def load_runtime() -> ModuleType:
+    """The native runtime module (built on first use), with init(torch.Tensor, torch.nn.Parameter) done."""
+    global _module, last_build_seconds
+    if _module is not None:  # every call after the first: one global read
+        return _module
+    with _lock:
+        if _module is None:
+            start = time.perf_counter()
+            existed = (_build_dir() / f"{MODULE_NAME}.so").exists()
+            path = runtime_library_path()
+            if not existed:
+                last_build_seconds = time.perf_counter() - start
+            name = f"trident.runtime.{MODULE_NAME}"
+            loader = importlib.machinery.ExtensionFileLoader(name, path)
+            spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+            assert spec is not None  # a file location with an explicit loader always gives a spec
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            module.init(torch.Tensor, torch.nn.Parameter)
+            sys.modules[name] = module
+            _module = module
+    return _module

@@ -1,0 +1,87 @@
+"""Capture: tracing decisions, unsupported constructs, and the guard facts recorded."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from trident import exc
+from trident.capture.guards import first_failure
+from trident.capture.inputs import LeafKind, describe_call
+from trident.capture.trace import Dynamism, trace_function
+
+
+def trace(fn, *args, dynamism=Dynamism()):  # type: ignore[no-untyped-def]
+    names = list(inspect.signature(fn).parameters)
+    facts = describe_call(names, list(args))
+    return facts, trace_function(fn, len(names), names, list(args), facts, dynamism)
+
+
+def test_describe_call_walks_tuples_and_lists() -> None:
+    facts = describe_call(["xs", "n"], [(torch.zeros(2), [torch.ones(3), None]), 4])
+    assert [leaf.path.name for leaf in facts.leaves] == ["xs[0]", "xs[1][0]", "xs[1][1]", "n"]
+    assert [leaf.kind for leaf in facts.leaves] == [LeafKind.TENSOR, LeafKind.TENSOR, LeafKind.NONE, LeafKind.INT]
+    assert [(s.path.name, s.kind, s.length) for s in facts.sequences] == [("xs", 1, 2), ("xs[1]", 2, 2)]
+
+
+def test_tensor_subclass_is_an_identity_guarded_object() -> None:
+    class Sub(torch.Tensor):
+        pass
+
+    facts = describe_call(["x"], [torch.zeros(2).as_subclass(Sub)])
+    assert facts.leaves[0].kind is LeafKind.OBJECT
+
+
+def test_data_dependent_control_flow_names_the_user_line() -> None:
+    def branchy(x):  # type: ignore[no-untyped-def]
+        if x.sum() > 0:  # the line the error must point at
+            return x
+        return -x
+
+    with pytest.raises(exc.UnsupportedConstruct) as info:
+        trace(branchy, torch.randn(3))
+    message = str(info.value)
+    assert "data-dependent control flow" in message
+    assert "if x.sum() > 0:  # the line the error must point at" in message
+    assert "test_capture.py" in message
+
+
+def test_item_is_unsupported() -> None:
+    with pytest.raises(exc.UnsupportedConstruct, match=r"\.item\(\)"):
+        trace(lambda x: x * x.max().item(), torch.randn(3))
+
+
+def test_symbolic_int_index_stays_symbolic() -> None:
+    def write(cache, k, pos):  # type: ignore[no-untyped-def]
+        cache[:, pos] = k
+        return cache[:, pos]
+
+    facts, t = trace(write, torch.zeros(2, 8), torch.ones(2), 3, dynamism=Dynamism(ints=frozenset({(2, ())})))
+    code = t.graph_module.code
+    assert "select.int(" in code and ", 3)" not in code  # the index is the graph input, not the constant 3
+    assert not any(str(g.expr).startswith("Eq") for g in t.shape_env.guards)
+
+
+def test_constants_are_lifted_to_placeholders() -> None:
+    w = torch.randn(3, 3)
+    _, t = trace(lambda x: x @ w, torch.randn(2, 3))
+    assert len(t.constants) == 1 and t.constants[0] is w
+    assert not any(n.op == "get_attr" for n in t.graph_module.graph.nodes)
+
+
+def test_first_failure_messages() -> None:
+    from trident.capture.guards import build_guards
+
+    fn = lambda x, n: x * n  # noqa: E731
+    x = torch.randn(4, 8)
+    facts, t = trace(fn, x, 3)
+    guards = build_guards(facts, t)
+    assert first_failure(guards, [x, 3], t.constants) is None
+    assert first_failure(guards, [x, 4], t.constants) == "argument 'n': value mismatch: expected 3, got 4"
+    assert first_failure(guards, [torch.randn(4, 16)[:, ::2], 3], t.constants) == (
+        "argument 'x': stride mismatch at dim 0: expected 8, got 16"
+    )
+    assert first_failure(guards, [torch.randn(5, 8), 3], t.constants) == (
+        "argument 'x': size mismatch at dim 0: expected 4, got 5"
+    )
