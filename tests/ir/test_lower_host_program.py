@@ -24,23 +24,38 @@ def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
     return module.text(), ops.ops
 
 
-def test_aten_ops_become_dispatcher_calls_with_release_after_last_use() -> None:
+def test_listed_ops_call_typed_entries_and_release_after_last_use() -> None:
     text, ops = lowered_program(lambda x, y: (x + y).relu(), torch.randn(3), torch.randn(3))
-    assert ops == [("aten::add", "Tensor"), ("aten::relu", "")]
+    assert ops == []  # no boxed calls, so no operator handles in the context
     filecheck(
         text,
         """
         CHECK: func.func @run(%ctx: !llvm.ptr, %slots: !llvm.ptr, %result: !llvm.ptr) -> i32
         CHECK: %[[X:.*]] = func.call @trident_tensor_handle
-        CHECK: %[[ADD:.*]] = func.call @trident_op_call
+        CHECK: func.call @trident_aten_add_Tensor(%[[ARGS:.*]], %[[RETS:.*]]) : (!llvm.ptr, !llvm.ptr) -> i32
         CHECK: %[[SUM:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
-        CHECK: func.call @trident_op_call
+        CHECK: func.call @trident_aten_relu
         CHECK: func.call @trident_tensor_delete(%[[SUM]])
         CHECK: func.call @trident_wrap_tensor
         CHECK: llvm.store {{.*}}, %result
         CHECK: ^fail:
         CHECK: func.call @trident_tensor_delete
         CHECK: %fail_value = arith.constant 1 : i32
+        """,
+    )
+
+
+def test_other_ops_go_through_the_boxed_dispatcher() -> None:
+    text, ops = lowered_program(lambda x: torch.cumsum(x, 0), torch.randn(3))
+    assert ops == [("aten::cumsum", "")]
+    filecheck(
+        text,
+        """
+        CHECK: %[[OPSP:.*]] = llvm.getelementptr %ctx[0]
+        CHECK-NEXT: %[[OPS:.*]] = llvm.load %[[OPSP]] : !llvm.ptr -> !llvm.ptr
+        CHECK-NEXT: %[[P:.*]] = llvm.getelementptr %[[OPS]][0]
+        CHECK: %[[OP:.*]] = llvm.load %[[P]] : !llvm.ptr -> !llvm.ptr
+        CHECK: func.call @trident_op_call(%[[OP]], {{.*}}) : (!llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i64) -> i32
         """,
     )
 
@@ -61,13 +76,12 @@ def test_tuple_output_and_returned_input() -> None:
 
 def test_int_list_argument_is_a_stack_array() -> None:
     text, ops = lowered_program(lambda x: x.view(2, 3), torch.randn(6))
-    assert ops == [("aten::view", "")]
     filecheck(
         text,
         """
         CHECK: %[[INTS:ints[0-9]+]] = llvm.alloca {{.*}} x i64
         CHECK: llvm.store {{.*}} : i64, !llvm.ptr
         CHECK: llvm.ptrtoint %[[INTS]]
-        CHECK: func.call @trident_op_call
+        CHECK: func.call @trident_aten_view
         """,
     )

@@ -722,6 +722,7 @@ def scratch_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     sources = tmp_path / "csrc"
     sources.mkdir()
     monkeypatch.setattr(build, "CSRC_DIR", sources)
+    monkeypatch.setattr(build, "_generated_sources", lambda: {})
     build._build_dir.cache_clear()
     with override(cache_dir=tmp_path / "cache"):
         yield sources

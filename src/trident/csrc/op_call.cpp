@@ -114,6 +114,36 @@ void* trident::resolve_operator(const char* name, const char* overload) {
 
 void trident::free_operator(void* op) { delete static_cast<c10::OperatorHandle*>(op); }
 
+int32_t trident::fail_with_current_exception() {
+  try {
+    throw;
+  } catch (const c10::IndexError& e) {
+    return fail(TRIDENT_EXC_INDEX, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    return fail(TRIDENT_EXC_VALUE, e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    return fail(TRIDENT_EXC_TYPE, e.what_without_backtrace());
+  } catch (const c10::NotImplementedError& e) {
+    return fail(TRIDENT_EXC_NOT_IMPLEMENTED, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return fail(TRIDENT_EXC_RUNTIME, e.what_without_backtrace());
+  } catch (python_error& e) {
+    // A Python-implemented kernel raised: put that exact exception back; the entry propagates it as is
+    // (eager does the same in CATCH_CORE_ERRORS). pybind11 carries such errors too (custom ops).
+    fail(TRIDENT_EXC_RUNTIME, e.what());
+    e.restore();
+    return TRIDENT_ERROR;
+  } catch (pybind11::error_already_set& e) {
+    fail(TRIDENT_EXC_RUNTIME, e.what());
+    e.restore();
+    return TRIDENT_ERROR;
+  } catch (const std::exception& e) {
+    return fail(TRIDENT_EXC_RUNTIME, e.what());
+  } catch (...) {
+    return fail(TRIDENT_EXC_RUNTIME, "unknown C++ exception in an ATen operator");
+  }
+}
+
 extern "C" {
 
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
@@ -145,30 +175,8 @@ TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs
       }
     }
     return TRIDENT_OK;
-  } catch (const c10::IndexError& e) {
-    return fail(TRIDENT_EXC_INDEX, e.what_without_backtrace());
-  } catch (const c10::ValueError& e) {
-    return fail(TRIDENT_EXC_VALUE, e.what_without_backtrace());
-  } catch (const c10::TypeError& e) {
-    return fail(TRIDENT_EXC_TYPE, e.what_without_backtrace());
-  } catch (const c10::NotImplementedError& e) {
-    return fail(TRIDENT_EXC_NOT_IMPLEMENTED, e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    return fail(TRIDENT_EXC_RUNTIME, e.what_without_backtrace());
-  } catch (python_error& e) {
-    // A Python-implemented kernel raised: put that exact exception back; the entry propagates it as is
-    // (eager does the same in CATCH_CORE_ERRORS). pybind11 carries such errors too (custom ops).
-    fail(TRIDENT_EXC_RUNTIME, e.what());
-    e.restore();
-    return TRIDENT_ERROR;
-  } catch (pybind11::error_already_set& e) {
-    fail(TRIDENT_EXC_RUNTIME, e.what());
-    e.restore();
-    return TRIDENT_ERROR;
-  } catch (const std::exception& e) {
-    return fail(TRIDENT_EXC_RUNTIME, e.what());
   } catch (...) {
-    return fail(TRIDENT_EXC_RUNTIME, "trident_op_call: unknown C++ exception");
+    return trident::fail_with_current_exception();
   }
 }
 

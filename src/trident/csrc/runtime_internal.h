@@ -25,6 +25,10 @@ void set_tensor_types(PyTypeObject* tensor_type, PyTypeObject* parameter_type);
 void* resolve_operator(const char* name, const char* overload);
 void free_operator(void* op);
 
+/* op_call.cpp: inside a catch block, records the exception being handled in the thread-local error slot
+ * (with the Python exception kind eager would raise) and returns TRIDENT_ERROR. */
+int32_t fail_with_current_exception();
+
 /* errors.cpp: raises this thread's last error (trident_last_error) as the matching Python exception class;
  * always returns NULL so callers can `return raise_last_error();`. */
 PyObject* raise_last_error();

@@ -25,6 +25,7 @@ from ..ir.mlir_text import F64, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .symbolic_ints import python_mod
+from ..runtime.typed_ops import typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,12 +258,9 @@ class HostProgramLowering:
         raise exc.LoweringError(f"expected a scalar, got {value.kind}")
 
     def _op_call(self, op: ir.Operation) -> None:
+        """A typed runtime entry where the runtime has one for this operator, else the boxed dispatcher."""
         fb = self.fb
         name, overload = aten_name(op)
-        op_index = self.ops.index(name, overload)
-        if self._ops_base is None:
-            self._ops_base = fb.load(fb.gep("%ctx", abi.CTX_OPS, PTR), PTR)
-        handle = fb.load(fb.gep(self._ops_base, op_index, PTR), PTR)
         args = fb.alloca(2 * len(op.operands), I64, "args")
         for i, operand in enumerate(op.operands):
             tag, value = self._encode(self.values[operand], operand)
@@ -270,7 +268,14 @@ class HostProgramLowering:
             fb.store(value, I64, fb.gep(args, 2 * i + 1))
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
-        status = fb.call(abi.OP_CALL, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
+        typed = typed_symbol(name, overload, len(op.operands))
+        if typed is not None:
+            status = fb.call(Extern(typed, (PTR, PTR), abi.RUN_RESULT), [args, rets])
+        else:
+            if self._ops_base is None:
+                self._ops_base = fb.load(fb.gep("%ctx", abi.CTX_OPS, PTR), PTR)
+            handle = fb.load(fb.gep(self._ops_base, self.ops.index(name, overload), PTR), PTR)
+            status = fb.call(abi.OP_CALL, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
         assert status is not None
         fb.check_zero(status)
         position = 0

@@ -32,6 +32,7 @@ import torch
 
 from trident.exc import TridentError
 from trident.knobs import knobs
+from trident.runtime import typed_ops
 
 MODULE_NAME = "_trident_runtime"  # PyInit__trident_runtime in csrc/module.cpp
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
@@ -52,6 +53,11 @@ def _sources() -> list[Path]:
     return sorted(CSRC_DIR.glob("*.cpp"))
 
 
+def _generated_sources() -> dict[str, str]:
+    """Sources written at build time: file name -> C++ text."""
+    return {"typed_ops.cpp": typed_ops.generate_source()}
+
+
 def _abi_define() -> str:
     return f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
 
@@ -62,6 +68,8 @@ def _build_dir() -> Path:
     digest = hashlib.sha256()
     for path in sorted(CSRC_DIR.glob("*.cpp")) + sorted(CSRC_DIR.glob("*.h")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, text in _generated_sources().items():  # these depend on the installed torch's schemas
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     # Everything else that changes the binary: the command template and which torch it links against.
     for part in (COMPILER, *COMPILE_FLAGS, *TORCH_LIBS, _abi_define(), str(_torch_lib_dir())):
         digest.update(part.encode() + b"\0")
@@ -83,12 +91,15 @@ def _build(target: Path) -> None:
     from torch.utils import cpp_extension
 
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    compile_base = [COMPILER, *COMPILE_FLAGS, _abi_define(), *(f"-I{d}" for d in includes)]
+    compile_base = [COMPILER, *COMPILE_FLAGS, _abi_define(), f"-I{CSRC_DIR}", *(f"-I{d}" for d in includes)]
     lib_dir = str(_torch_lib_dir())
     print(f"trident: building the native runtime for torch {torch.__version__} (once, ~30 s)...",
           file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
         sources = _sources()
+        for name, text in _generated_sources().items():
+            (Path(work) / name).write_text(text)
+            sources.append(Path(work) / name)
         objects = [str(Path(work) / (src.stem + ".o")) for src in sources]
         commands = [[*compile_base, "-c", str(src), "-o", obj] for src, obj in zip(sources, objects)]
         workers = max(1, min(len(commands), os.cpu_count() or 1))
