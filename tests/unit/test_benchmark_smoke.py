@@ -1,0 +1,21 @@
+"""One short run of each benchmark script so they do not rot (no timing is asserted)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_host_overhead_cpu_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "host_overhead_cpu.py"), "--quick", "--no-compile", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "20 ops" in result.stdout and "100 ops" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["machine"]["torch"] and data["results"]["20 ops"]["trident"] > 0
