@@ -151,18 +151,18 @@ class JitFunction:
         return self.fn(*args, **kwargs)
 
     def _miss_reason(self, values: Sequence[object], facts: CallFacts) -> str:
+        """Why the closest specialization (the newest of the same argument structure) rejected this call."""
         if not self.specializations:
             return "first call"
-        reasons = []
-        for spec in reversed(self.specializations):
-            try:
-                reason = first_failure(spec.guards, values, spec.trace.constants)
-            except (IndexError, TypeError, KeyError) as e:  # structure differs: path not present
-                reason = f"argument structure differs ({e})"
-            reasons.append(reason or "guards hold (a global state or type detail differs)")
-            if _same_structure(spec.facts, facts):
-                return reasons[-1]
-        return reasons[0]
+        same = [s for s in self.specializations if _same_structure(s.facts, facts)]
+        spec = (same or self.specializations)[-1]
+        try:
+            reason = first_failure(spec.guards, values, spec.trace.constants)
+        except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here
+            reason = None
+        if reason is None:
+            return f"argument structure differs from specialization {spec.index}"
+        return reason
 
     # -- compiling ------------------------------------------------------------------------------------------
     def _compile(self, values: Sequence[object], facts: CallFacts) -> Specialization | None:
