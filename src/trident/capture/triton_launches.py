@@ -1,0 +1,299 @@
+"""Capture raw Triton launches (`kernel[grid](...)`) in a make_fx trace, and run recorded launches on CPU.
+
+make_fx only sees calls that reach the dispatcher; a raw Triton launch does not, so it would run (and fail on
+fake tensors). `torch.library.wrap_triton(kernel)[grid](...)` turns the launch into the higher-order op
+`triton_kernel_wrapper_mutation`, which make_fx records. `intercept_triton_launches()` reroutes raw launches
+there for the duration of a trace, so user code need not be edited.
+
+A recorded node reads (torch 2.13, all keyword arguments):
+    triton_kernel_wrapper_mutation(kernel_idx=int, constant_args_idx=int, grid=[(g0, g1, g2), ...],
+                                   tma_descriptor_metadata={}, kwargs={name: fx.Node | int | float | ...})
+`kernel_idx` / `constant_args_idx` index `kernel_side_table`; `grid` holds one 3-tuple per autotune config.
+
+`run_recorded_launch_on_cpu` executes one such launch through Triton's interpreter (no TRITON_INTERPRET
+needed), so CPU tests can check captured kernels numerically.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
+
+GridTuple = tuple[Any, ...]
+Grid = GridTuple | Callable[[dict[str, Any]], GridTuple]
+
+# One lock for every piece of global state this module swaps (class attributes, Triton's active driver, the
+# interpreter's patching of triton.language). Reentrant: the contexts nest in the tracing thread, while a second
+# tracing thread waits for the first to finish.
+_lock = threading.RLock()
+
+
+class _Interception:
+    """Which thread's launches are rerouted, and how deeply its blocks nest (written under _lock)."""
+
+    owner: int | None = None
+    depth: int = 0
+
+
+_interception = _Interception()
+
+
+class _ThreadFlags(threading.local):
+    rerouting: bool = False  # inside our own rerouted launch: nested launches take the original path
+
+
+_flags = _ThreadFlags()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exact mutation analysis without a GPU
+
+
+class _AnalysisOnlyDriver:
+    """Stands in for Triton's active driver so that torch can generate TTIR for its mutation analysis.
+
+    torch's `identify_accessed_tensors` asks `triton.runtime.driver.active.get_current_target()`; without a GPU
+    that raises "0 active drivers" and torch assumes every tensor argument is written. TTIR generation needs
+    only a target, not a device, so this object answers that one question and refuses the rest."""
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"Triton driver attribute {name!r} requested while Trident's analysis-only driver is active (no GPU "
+            "on this machine): Triton kernels cannot be compiled or launched here; use the interpreter."
+        )
+
+
+def _real_driver_available(driver: Any) -> bool:
+    from triton.backends import backends
+
+    # `driver.active` would create the driver as a side effect; is_active() only asks torch.cuda.
+    return driver._active is not None or sum(1 for b in backends.values() if b.driver.is_active()) == 1
+
+
+@contextlib.contextmanager
+def exact_mutation_analysis() -> Iterator[None]:
+    """Make torch's Triton mutation analysis exact on a GPU-less machine, for the duration of the block.
+
+    Where a driver is already active or creatable (a GPU machine, or an outer block) nothing changes."""
+    from triton.runtime import driver
+
+    with _lock:
+        if _real_driver_available(driver):
+            yield
+            return
+        # DriverConfig has no public way to go back to "not created yet"; `_active` is that state.
+        previous = driver._active
+        driver.set_active(_AnalysisOnlyDriver())
+        try:
+            yield
+        finally:
+            driver._active = previous
+
+
+def mutated_arg_names(node: torch.fx.Node) -> list[str]:
+    """Names of the tensor kwargs a recorded triton_kernel_wrapper_mutation node writes (exact analysis).
+
+    make_fx does not functionalize, so the node itself carries no mutation facts; this reruns torch's analysis
+    on the node's fake values (node.meta["val"])."""
+    hop_kwargs = node.kwargs
+    values = {
+        k: (v.meta["val"] if isinstance(v, torch.fx.Node) else v)
+        for k, v in hop_kwargs["kwargs"].items()  # type: ignore[union-attr]
+    }
+    with exact_mutation_analysis():
+        return get_mutated_tensors(
+            hop_kwargs["kernel_idx"],  # type: ignore[arg-type]
+            hop_kwargs["constant_args_idx"],  # type: ignore[arg-type]
+            values,
+            hop_kwargs["tma_descriptor_metadata"],  # type: ignore[arg-type]
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rerouting launches during a trace
+
+
+def _launch_classes() -> list[type]:
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    return [JITFunction, Autotuner, Heuristics]
+
+
+def _apply_heuristics(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Strip outer @triton.heuristics wrappers the way Heuristics.run does: each adds computed kwargs.
+
+    wrap_triton accepts only JITFunction and Autotuner; torch itself handles heuristics *inside* an autotuner."""
+    from triton.runtime.autotuner import Heuristics
+
+    while isinstance(kernel, Heuristics):
+        for name, heuristic in kernel.values.items():
+            kwargs[name] = heuristic({**dict(zip(kernel.arg_names, args)), **kwargs})
+        kernel = kernel.fn
+    return kernel
+
+
+def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from torch._library.triton import is_wrap_triton_enabled
+
+        # Other threads, our own nested launches (e.g. the HOP's eager implementation), warmups and
+        # wrap_triton-disabled regions (torch.library.triton_op in eager) launch as they would without us.
+        if (
+            _interception.owner != threading.get_ident()
+            or _flags.rerouting
+            or kwargs.get("warmup", False)
+            or not is_wrap_triton_enabled()
+        ):
+            return original(self, *args, **kwargs)
+        grid = kwargs.pop("grid")
+        kwargs.pop("warmup", None)
+        _flags.rerouting = True
+        try:
+            kernel = _apply_heuristics(self, args, kwargs)
+            return torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+        finally:
+            _flags.rerouting = False
+
+    run.__wrapped__ = original  # type: ignore[attr-defined]
+    return run
+
+
+@contextlib.contextmanager
+def intercept_triton_launches() -> Iterator[None]:
+    """While active, `kernel[grid](...)` / `kernel.run(..., grid=...)` in this thread record a
+    triton_kernel_wrapper_mutation HOP (through torch.library.wrap_triton) instead of launching.
+
+    Covers JITFunction, Autotuner and Heuristics kernels. Patches each class's `run` (the single point both
+    launch spellings reach) on entry of the outermost block and restores it exactly on exit. Other threads keep
+    launching normally; a second thread entering the block waits until the first leaves. Also keeps
+    `exact_mutation_analysis()` active, so a functionalizing trace clones only what kernels store to."""
+    with _lock, exact_mutation_analysis():
+        if _interception.depth == 0:
+            saved = [(cls, cls.__dict__["run"]) for cls in _launch_classes()]
+            for cls, original in saved:
+                cls.run = _make_rerouted_run(original)
+            _interception.owner = threading.get_ident()
+        _interception.depth += 1
+        try:
+            yield
+        finally:
+            _interception.depth -= 1
+            if _interception.depth == 0:
+                _interception.owner = None
+                for cls, original in saved:
+                    cls.run = original
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running a recorded launch on CPU through Triton's interpreter
+
+
+def _interpreted(fn: Callable[..., Any]) -> Any:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)  # cheap: the interpreter caches the rewritten source per function
+
+
+def _call_jit_function_interpreted(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """JITFunction.__call__ while interpreting: @triton.jit helpers and triton.language's own jit functions
+    (tl.sum, tl.cdiv, ...) were decorated without TRITON_INTERPRET, so calling them raises by design.
+
+    Run them as TRITON_INTERPRET would have built them, patching triton.language for their module too."""
+    from triton.runtime.interpreter import _patch_lang
+
+    scope = _patch_lang(self.fn)
+    try:
+        return _interpreted(self.fn).rewrite()(*args, **kwargs)
+    finally:
+        scope.restore()
+
+
+def _patch_lang_tensor_numpy_safe(original: Callable[..., None]) -> Callable[..., None]:
+    """The interpreter turns a scalar into an int with int(ndarray of shape (1,)), deprecated in numpy 2.3 and
+    an error from 2.4 (`range(0, n, BLOCK)` over a runtime n fails): convert through .item() instead."""
+
+    def patch(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    return patch
+
+
+def _resolve_kernel(kernel: Any, args: dict[str, Any]) -> Any:
+    """The JITFunction to interpret; merges the first autotune config's kwargs and any heuristics into args
+    the way Autotuner.run / Heuristics.run would. Every config computes the same result, and torch records one
+    grid per config in config order, so the caller launches with grid[0]."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction):
+        if isinstance(kernel, Autotuner):
+            args.update(kernel.configs[0].all_kwargs())
+        elif isinstance(kernel, Heuristics):
+            for name, heuristic in kernel.values.items():
+                args[name] = heuristic(dict(args))
+        else:
+            raise TypeError(f"not a Triton kernel: {kernel!r}")
+        kernel = kernel.fn
+    return kernel
+
+
+def _scalar_args_as_compiled(kernel: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Python floats reach compiled kernels as fp32 scalars but stay Python floats in the 3.6 interpreter
+    (`eps.to(tl.float32)` fails there); hand the interpreter fp32 scalars instead."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    out = dict(args)
+    for param in kernel.params:
+        value = out.get(param.name)
+        if type(value) is float and not param.is_constexpr:
+            out[param.name] = tl.tensor(TensorHandle(np.array([value], dtype=np.float32), tl.float32), tl.float32)
+    return out
+
+
+def run_recorded_launch_on_cpu(
+    kernel_idx: int,
+    constant_args_idx: int,
+    grid: Sequence[Grid] | Grid,
+    tma_descriptor_metadata: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+) -> None:
+    """Execute one recorded launch on CPU tensors through Triton's interpreter (mutates the tensors in kwargs).
+
+    Takes the HOP node's keyword arguments with concrete values: tensors for tensor nodes, ints for SymInts.
+    `grid` is the node's list of grids (one per autotune config), or a single tuple / `lambda META: ...`."""
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    if tma_descriptor_metadata:
+        raise NotImplementedError("TMA descriptor arguments are not supported by the CPU runner")
+    args = {**kwargs, **kernel_side_table.get_constant_args(constant_args_idx)}
+    kernel = _resolve_kernel(kernel_side_table.get_kernel(kernel_idx), args)
+    launch_grid = grid[0] if isinstance(grid, list) else grid
+    if callable(launch_grid):
+        launch_grid = launch_grid(dict(args))  # META: every kernel argument, constexprs and config kwargs
+    launch_grid = tuple(int(g) for g in launch_grid)  # type: ignore[union-attr]
+    with _lock:  # the interpreter itself patches triton.language globally while it runs
+        original_call = JITFunction.__dict__["__call__"]
+        original_patch = interpreter._patch_lang_tensor
+        JITFunction.__call__ = _call_jit_function_interpreted  # type: ignore[method-assign]
+        interpreter._patch_lang_tensor = _patch_lang_tensor_numpy_safe(original_patch)
+        try:
+            # GridExecutor drops kwargs the kernel does not take (num_warps, num_stages, ...), as Triton does.
+            _interpreted(kernel.fn)[launch_grid](**_scalar_args_as_compiled(kernel, args))
+        finally:
+            interpreter._patch_lang_tensor = original_patch
+            JITFunction.__call__ = original_call  # type: ignore[method-assign]
