@@ -25,7 +25,7 @@ import torch
 from . import exc
 from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
-from .capture.trace import Dynamism, Trace, trace_function
+from .capture.trace import Dynamism, Trace, is_tracing, trace_function
 from .knobs import knobs, log_enabled
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
 
@@ -91,13 +91,15 @@ class JitFunction:
         self.eager_reason: str | None = None
         self._lock = threading.RLock()  # one compile at a time per function; hits never take it
         self._warned: set[str] = set()
+        self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
 
     # -- the miss path ----------------------------------------------------------------------------------------
     def on_miss(self, *args: object, **kwargs: object) -> object:
         bound = self.signature.bind(*args, **kwargs)  # eager's TypeError for a bad call
         bound.apply_defaults()
         values = [bound.arguments[n] for n in self.param_names]
-        if knobs.disable:
+        if knobs.disable or is_tracing():
+            # Called from another jitted function being captured: inline into that capture.
             return self.fn(*args, **kwargs)
         from .capture.inputs import describe_call
 
@@ -132,6 +134,16 @@ class JitFunction:
                 f"'{self.name}' reached TRIDENT_MAX_SPECIALIZATIONS={knobs.max_specializations} "
                 "specializations; further new inputs run eagerly"
             )
+        for leaf in facts.leaves:
+            if leaf.kind is LeafKind.OBJECT and isinstance(leaf.value, torch.Tensor):
+                t = leaf.value
+                return (
+                    f"argument '{leaf.path.name}' is a {type(t).__name__} with layout {t.layout} on {t.device}; "
+                    "Trident compiles plain strided torch.Tensor / nn.Parameter arguments (not subclasses, "
+                    "sparse or meta tensors), so calls with it run eagerly"
+                )
+        if torch.is_grad_enabled() and self._constants_require_grad:
+            return self._constants_require_grad
         if torch.is_grad_enabled():
             for leaf in facts.leaves:
                 if leaf.kind is LeafKind.TENSOR and leaf.tensor is not None and leaf.tensor.requires_grad:
@@ -171,7 +183,8 @@ class JitFunction:
         start = time.perf_counter()
         trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
-            self.eager_reason = (
+            # Remembered, so later calls with grad on run eagerly without tracing again.
+            self._constants_require_grad = self.eager_reason = (
                 f"'{self.name}' reads tensors that require grad (module parameters?) while grad mode is on; "
                 "Trident compiles inference only, so calls run eagerly. Call it under torch.no_grad() or "
                 "torch.inference_mode()"
@@ -180,7 +193,10 @@ class JitFunction:
         guards = build_guards(facts, trace)
         index = len(self.specializations)
         compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
-        context = self._context_type(compiled.ops, compiled.constants)
+        try:
+            context = self._context_type(compiled.ops, compiled.constants)
+        except ValueError as e:  # an operator this libtorch does not register
+            raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)
         self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
@@ -227,7 +243,8 @@ class JitFunction:
         for spec in self.specializations:
             lines.append(
                 f"specialization {spec.index}: {hits[spec.index] if spec.index < len(hits) else 0} hit(s), "
-                f"compiled in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.ops)} distinct ATen op(s)"
+                f"compiled in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.aten_calls)} ATen call(s) "
+                f"({len(spec.compiled.ops)} through the boxed dispatcher)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
         if self.last_miss_reason is not None:

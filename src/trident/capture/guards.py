@@ -395,7 +395,10 @@ def describe_guards(guards: GuardSet) -> list[str]:
     for tg in guards.tensors:
         sizes, strides, offset = _shape_text(tg.path, guards)
         lines.append(f"{tg.path.name}: sizes {sizes} strides {strides} offset {offset}")
-    lines += [g.describe() for g in guards.scalars]
+    fixed_ints = {(p.path.param, p.path.items): p.expr for p in guards.properties if p.prop == "int"}
+    for g in guards.scalars:
+        key = (g.path.param, g.path.items)
+        lines.append(f"{g.path.name}: int == {fixed_ints[key]}" if key in fixed_ints else g.describe())
     lines += [g.describe() for g in guards.identities]
     for b in guards.bindings:
         if b.prop == "int":

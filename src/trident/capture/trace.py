@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import linecache
 import os
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 
@@ -24,9 +25,11 @@ from torch._dynamo.source import LocalSource
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
+    FakeTensor,
     FakeTensorMode,
     UnsupportedOperatorException,
 )
+from torch.utils import _pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import (
     DimDynamic,
@@ -81,6 +84,24 @@ class Trace:
     fake_constants: list[torch.Tensor]
     shape_env: ShapeEnv
     outputs: OutputTree
+
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def _tracing() -> Iterator[None]:
+    depth = getattr(_state, "depth", 0)
+    _state.depth = depth + 1
+    try:
+        yield
+    finally:
+        _state.depth = depth
+
+
+def is_tracing() -> bool:
+    """Whether this thread is inside a Trident capture (a jitted function called from another one)."""
+    return getattr(_state, "depth", 0) > 0
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -176,8 +197,29 @@ _VALUE_READS = {
 
 
 class _TracingMode(TorchFunctionMode):
-    """Active while tracing: rejects reads of tensor values in Python, and routes t[i] / t[i] = v with
-    SymInt indices through _basic_index."""
+    """Active while tracing. It
+    - turns real tensors the function reads (closures, module parameters and buffers) into fake tensors
+      before any op sees them, so tracing never computes on or mutates live state (FakeTensorMode would
+      constant-fold an op whose inputs are all real tensors, running `counter.add_(1)` for real);
+      `real_of` maps each such fake back to its live tensor, which _lift_constants passes to compiled code;
+    - rejects reads of tensor values in Python (data-dependent control flow);
+    - keeps SymInt indices and torch.tensor([pos]) symbolic."""
+
+    def __init__(self, fake_mode: FakeTensorMode) -> None:
+        super().__init__()
+        self.fake_mode = fake_mode
+        self.real_of: dict[int, torch.Tensor] = {}  # id(fake) -> live tensor
+        self._fake_of: dict[int, torch.Tensor] = {}  # id(live tensor) -> fake
+
+    def _fake(self, t: torch.Tensor) -> torch.Tensor:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or isinstance(t, FakeTensor):
+            return t
+        fake = self._fake_of.get(id(t))
+        if fake is None:
+            fake = self.fake_mode.from_tensor(t, static_shapes=True)
+            self._fake_of[id(t)] = fake
+            self.real_of[id(fake)] = t
+        return fake
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -188,6 +230,9 @@ class _TracingMode(TorchFunctionMode):
                 f"values cannot be compiled\n  at {where}\n  Keep the computation in tensors (torch.where, "
                 "masking) or move it out of the jitted function."
             )
+        args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
+        if func is torch.tensor and _symint_data(args[0] if args else kwargs.get("data")):
+            return _symbolic_tensor(args[0] if args else kwargs.pop("data"), **kwargs)
         if func is torch.Tensor.__getitem__ and _basic_only(args[1]) and _has_symint(args[1]):
             return _basic_index(args[0], args[1])
         if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
@@ -199,6 +244,20 @@ class _TracingMode(TorchFunctionMode):
                 view.fill_(value)
             return None
         return func(*args, **kwargs)
+
+
+def _symint_data(data: object) -> bool:
+    items = data if isinstance(data, (list, tuple)) else [data]
+    return any(isinstance(i, torch.SymInt) for i in items) and all(isinstance(i, (int, torch.SymInt)) for i in items)
+
+
+def _symbolic_tensor(data: object, dtype: torch.dtype | None = None, device: object = None, **_: object) -> torch.Tensor:
+    """torch.tensor of ints some of which are SymInts, built from torch.full so the values stay symbolic
+    (torch.tensor itself guards on each value: a decode loop would recompile every step)."""
+    dtype = dtype or torch.int64
+    if not isinstance(data, (list, tuple)):
+        return torch.full((), data, dtype=dtype, device=device)  # type: ignore[arg-type]
+    return torch.cat([torch.full((1,), v, dtype=dtype, device=device) for v in data])  # type: ignore[arg-type]
 
 
 def _basic_only(index: object) -> bool:
@@ -271,9 +330,10 @@ def trace_function(
         output_holder.append(_flatten_output(result, graph_outputs, placeholders, traced))
         return graph_outputs
 
-    with _translate_capture_errors(), torch.no_grad(), fake_mode, _TracingMode():
+    mode = _TracingMode(fake_mode)
+    with _translate_capture_errors(), torch.no_grad(), _tracing(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
-    constants, fake_constants = _lift_constants(gm, fake_mode)
+    constants, fake_constants = _lift_constants(gm, fake_mode, mode.real_of)
     return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])
 
 
@@ -301,18 +361,26 @@ def _flatten_output(
     )
 
 
-def _lift_constants(gm: torch.fx.GraphModule, fake_mode: FakeTensorMode) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Turn get_attr tensor constants into trailing placeholders; returns (live tensors, their fakes)."""
+def _lift_constants(
+    gm: torch.fx.GraphModule, fake_mode: FakeTensorMode, real_of: dict[int, torch.Tensor]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Turn get_attr tensor constants into trailing placeholders; returns (live tensors, their fakes).
+
+    A get_attr value is either a fake _TracingMode made for a live tensor (`real_of` maps it back) or a
+    real tensor the trace created itself (torch.tensor literals)."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     constants: list[torch.Tensor] = []
     fakes: list[torch.Tensor] = []
     by_identity: dict[int, torch.fx.Node] = {}
     last = placeholders[-1] if placeholders else None
+    targets: set[str] = set()
     for node in list(graph.nodes):
         if node.op != "get_attr":
             continue
-        value = getattr(gm, node.target)  # type: ignore[arg-type]
+        attribute = getattr(gm, node.target)  # type: ignore[arg-type]
+        targets.add(node.target)  # type: ignore[arg-type]  # one attribute may back several get_attr nodes
+        value = real_of.get(id(attribute), attribute)
         if not isinstance(value, torch.Tensor):
             raise exc.UnsupportedConstruct(f"the function reads a constant of type {type(value).__name__}")
         existing = by_identity.get(id(value))
@@ -324,7 +392,7 @@ def _lift_constants(gm: torch.fx.GraphModule, fake_mode: FakeTensorMode) -> tupl
                 with graph.inserting_after(last):
                     existing = graph.placeholder(f"constant_{len(constants)}")
             last = existing
-            fake = node.meta.get("val")
+            fake = attribute if isinstance(attribute, FakeTensor) else node.meta.get("val")
             if fake is None:
                 fake = fake_mode.from_tensor(value, static_shapes=True)
             existing.meta["val"] = fake
@@ -333,6 +401,7 @@ def _lift_constants(gm: torch.fx.GraphModule, fake_mode: FakeTensorMode) -> tupl
             fakes.append(fake)
         node.replace_all_uses_with(existing)
         graph.erase_node(node)
-        delattr(gm, node.target)  # type: ignore[arg-type]
+    for target in targets:
+        delattr(gm, target)
     gm.recompile()
     return constants, fakes

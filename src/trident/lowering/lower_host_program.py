@@ -75,8 +75,10 @@ _INT_COMPARE = {
 def aten_name(op: ir.Operation) -> tuple[str, str]:
     """('aten::add', 'Tensor') for torch.aten.add.Tensor; ('aten::copy_', '') for torch.aten.copy_."""
     name = op.name
-    if name == "torch.operator":
-        name = "torch." + ir.StringAttr(op.attributes["name"]).value
+    if name == "torch.operator":  # ops torch-mlir does not model: the attribute holds "torch.aten.index_copy"
+        name = ir.StringAttr(op.attributes["name"]).value
+        if not name.startswith("torch."):
+            name = "torch." + name
     parts = name.split(".")
     if len(parts) < 3 or parts[0] != "torch":
         raise exc.LoweringError(f"unexpected operation {op.name}")
@@ -110,6 +112,7 @@ class HostProgramLowering:
         self.ops = ops
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
+        self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
 
     # -- driver ---------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -191,6 +194,14 @@ class HostProgramLowering:
             value = fb.call(extern, [tensor.ssa, self._normalized_dim(op, dim)])
             assert value is not None
             self.values[op.results[0]] = _Lowered("int", value)
+        elif name == "torch.aten.numel":
+            tensor = self.values[op.operands[0]]
+            count = fb.const(1)
+            for d in range(_rank(op.operands[0].type)):
+                size = fb.call(abi.TENSOR_SIZE, [tensor.ssa, fb.const(d)])
+                assert size is not None
+                count = fb.binary("muli", count, size)
+            self.values[op.results[0]] = _Lowered("int", count)
         elif name == "torch.aten.storage_offset":
             value = fb.call(abi.TENSOR_STORAGE_OFFSET, [self.values[op.operands[0]].ssa])
             assert value is not None
@@ -261,6 +272,7 @@ class HostProgramLowering:
         """A typed runtime entry where the runtime has one for this operator, else the boxed dispatcher."""
         fb = self.fb
         name, overload = aten_name(op)
+        self.aten_calls.append(f"{name}.{overload}" if overload else name)
         args = fb.alloca(2 * len(op.operands), I64, "args")
         for i, operand in enumerate(op.operands):
             tag, value = self._encode(self.values[operand], operand)

@@ -35,7 +35,8 @@ class CompiledSpecialization:
     guard_address: int
     run_address: int
     native: NativeModule
-    ops: list[tuple[str, str]]
+    ops: list[tuple[str, str]]  # operators called through the boxed dispatcher (resolved in the context)
+    aten_calls: list[str]  # every ATen call of the host program, in order
     constants: list[object]
     stages: dict[str, str]  # stage name -> IR text
 
@@ -71,15 +72,18 @@ def compile_specialization(
 
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
+    aten_calls: list[str] = []
     builder = ModuleBuilder()
 
     def lower() -> str:
         lower_guards(builder, guard_symbol, guards, pool)
         main = _find_main(torch_module)  # type: ignore[arg-type]
         input_paths = [leaf.path for leaf in facts.leaves]
-        HostProgramLowering(
+        host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops
-        ).run()
+        )
+        host.run()
+        aten_calls.extend(host.aten_calls)
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -91,7 +95,8 @@ def compile_specialization(
     def jit() -> CompiledSpecialization:
         native = NativeModule(llvm_module, [runtime_library])  # type: ignore[arg-type]
         return CompiledSpecialization(
-            native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), pool.objects, stages
+            native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), aten_calls, pool.objects,
+            stages,
         )
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
