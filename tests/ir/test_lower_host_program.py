@@ -14,7 +14,7 @@ from .helpers import capture
 
 def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
     facts, trace, _ = capture(fn, *args)
-    torch_module = import_graph(trace.graph_module.graph, new_context())  # keep alive while lowering
+    torch_module, _ = import_graph(trace.graph_module.graph, new_context())  # keep alive while lowering
     main = _find_main(torch_module)
     module, ops = ModuleBuilder(), OpTable()
     HostProgramLowering(

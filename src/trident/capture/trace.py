@@ -330,8 +330,10 @@ def trace_function(
         output_holder.append(_flatten_output(result, graph_outputs, placeholders, traced))
         return graph_outputs
 
+    from .triton_launches import intercept_triton_launches  # imports triton: only when tracing
+
     mode = _TracingMode(fake_mode)
-    with _translate_capture_errors(), torch.no_grad(), _tracing(), fake_mode, mode:
+    with _translate_capture_errors(), torch.no_grad(), _tracing(), intercept_triton_launches(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     constants, fake_constants = _lift_constants(gm, fake_mode, mode.real_of)
     return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])

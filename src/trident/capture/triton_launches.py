@@ -16,6 +16,7 @@ needed), so CPU tests can check captured kernels numerically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -297,3 +298,49 @@ def run_recorded_launch_on_cpu(
         finally:
             interpreter._patch_lang_tensor = original_patch
             JITFunction.__call__ = original_call  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Replaying a captured launch from compiled code (interim: through Python, until launches go native)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """Placeholder in a RecordedLaunch for the i-th runtime operand (a tensor or a symbolic int)."""
+
+    index: int
+
+
+@dataclasses.dataclass
+class RecordedLaunch:
+    """One kernel launch of a captured program. Compiled code calls it with the launch's runtime operands
+    (tensors and symbolic ints, in Operand order): through Triton's interpreter for CPU tensors, through the
+    launch higher-order op (Triton's own launcher) otherwise. A grid with a zero dimension launches nothing,
+    as in Triton."""
+
+    kernel_name: str
+    kernel_idx: int
+    constant_args_idx: int
+    grid: list[tuple[Any, ...]]  # one per autotune config; entries are ints or Operands
+    tma_descriptor_metadata: dict[str, Any]
+    kwargs: dict[str, Any]  # literals or Operands
+
+    def __call__(self, *operands: Any) -> None:
+        def fill(value: Any) -> Any:
+            return operands[value.index] if isinstance(value, Operand) else value
+
+        kwargs = {name: fill(v) for name, v in self.kwargs.items()}
+        grid = [tuple(fill(d) for d in dims) for dims in self.grid]
+        if any(d == 0 for d in grid[0]):
+            return
+        on_cpu = all(t.device.type == "cpu" for t in kwargs.values() if isinstance(t, torch.Tensor))
+        if on_cpu:
+            run_recorded_launch_on_cpu(self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs)
+        else:
+            torch.ops.higher_order.triton_kernel_wrapper_mutation(
+                kernel_idx=self.kernel_idx,
+                constant_args_idx=self.constant_args_idx,
+                grid=grid,
+                tma_descriptor_metadata=self.tma_descriptor_metadata,
+                kwargs=kwargs,
+            )

@@ -178,6 +178,12 @@ TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* it
 /* Py_XDECREF. */
 TRIDENT_API void trident_decref(PyObject* obj);
 
+/* Calls a Python callable (borrowed, from the context's constants) with `nargs` arguments encoded as for
+ * trident_op_call (TENSOR, INT, DOUBLE, BOOL only; tensors become their Python objects) and discards its
+ * result. For work that has no native implementation yet (Triton launches, until they are launched
+ * natively); it runs Python bytecode. On failure the callable's exception stays set. */
+TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args, int64_t nargs);
+
 /* ---------------------------------------------------------------------------------------------------
  * Errors.
  */

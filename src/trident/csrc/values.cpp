@@ -7,6 +7,8 @@
  */
 #include "runtime_internal.h"
 
+#include <cstring>
+
 extern "C" {
 
 TRIDENT_API int32_t trident_read_int(PyObject* obj, int64_t* out) {
@@ -78,5 +80,41 @@ TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* it
 }
 
 TRIDENT_API void trident_decref(PyObject* obj) { Py_XDECREF(obj); }
+
+}  // extern "C"
+
+extern "C" {
+
+TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args, int64_t nargs) {
+  PyObject* tuple = PyTuple_New(nargs);
+  if (tuple == nullptr) return TRIDENT_ERROR;
+  for (int64_t i = 0; i < nargs; ++i) {
+    const int64_t tag = args[2 * i] & 0xff, value = args[2 * i + 1];
+    PyObject* item = nullptr;
+    switch (tag) {
+      case TRIDENT_TAG_TENSOR: item = trident_wrap_tensor(reinterpret_cast<AtenTensorHandle>(value)); break;
+      case TRIDENT_TAG_INT: item = PyLong_FromLongLong(value); break;
+      case TRIDENT_TAG_BOOL: item = PyBool_FromLong(value != 0); break;
+      case TRIDENT_TAG_DOUBLE: {
+        double d;
+        std::memcpy(&d, &value, sizeof d);
+        item = PyFloat_FromDouble(d);
+        break;
+      }
+      default:
+        PyErr_Format(PyExc_RuntimeError, "trident_python_call: unsupported argument tag %lld", (long long)tag);
+    }
+    if (item == nullptr) {
+      Py_DECREF(tuple);
+      return TRIDENT_ERROR;
+    }
+    PyTuple_SET_ITEM(tuple, i, item);  // steals item
+  }
+  PyObject* result = PyObject_Call(callable, tuple, nullptr);
+  Py_DECREF(tuple);
+  if (result == nullptr) return TRIDENT_ERROR;  // the callable's exception stays set; the entry raises it
+  Py_DECREF(result);
+  return TRIDENT_OK;
+}
 
 }  // extern "C"

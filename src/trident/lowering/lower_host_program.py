@@ -21,6 +21,7 @@ from torch_mlir import ir
 from .. import exc
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
+from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import F64, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
@@ -72,11 +73,15 @@ _INT_COMPARE = {
 }  # fmt: skip
 
 
+def _operator_name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["name"]).value
+
+
 def aten_name(op: ir.Operation) -> tuple[str, str]:
     """('aten::add', 'Tensor') for torch.aten.add.Tensor; ('aten::copy_', '') for torch.aten.copy_."""
     name = op.name
     if name == "torch.operator":  # ops torch-mlir does not model: the attribute holds "torch.aten.index_copy"
-        name = ir.StringAttr(op.attributes["name"]).value
+        name = _operator_name(op)
         if not name.startswith("torch."):
             name = "torch." + name
     parts = name.split(".")
@@ -99,6 +104,7 @@ class HostProgramLowering:
         input_paths: Sequence[LeafPath],
         pool: ConstantPool,
         ops: OpTable,
+        launches: Sequence[object] = (),
     ) -> None:
         self.fb = FunctionBuilder(
             module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
@@ -110,6 +116,7 @@ class HostProgramLowering:
         self.input_paths = input_paths  # leaf index -> path, for outputs returning an argument itself
         self.pool = pool
         self.ops = ops
+        self.launches = launches  # RecordedLaunch callables, indexed by the launch ops' names
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
@@ -208,6 +215,8 @@ class HostProgramLowering:
             self.values[op.results[0]] = _Lowered("int", value)
         elif name == "torch.prim.NumToTensor.Scalar":
             self._scalar_tensor(op)
+        elif name == "torch.operator" and _operator_name(op).startswith(LAUNCH_OP_PREFIX):
+            self._triton_launch(op)
         elif name.startswith("torch.aten.") or name.startswith("torch.prims.") or name == "torch.operator":
             self._op_call(op)
         else:
@@ -299,6 +308,20 @@ class HostProgramLowering:
                 self.values[result] = _Lowered("list", items=handles, elem=str(result.type))
             else:
                 self.values[result] = handles[0]
+
+    def _triton_launch(self, op: ir.Operation) -> None:
+        """Interim: the launch runs through its RecordedLaunch (Python) with the operands as Python objects."""
+        fb = self.fb
+        launch = self.launches[int(_operator_name(op).removeprefix(LAUNCH_OP_PREFIX))]
+        args = fb.alloca(2 * len(op.operands), I64, "args")
+        for i, operand in enumerate(op.operands):
+            tag, value = self._encode(self.values[operand], operand)
+            fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
+            fb.store(value, I64, fb.gep(args, 2 * i + 1))
+        callback = self.access.constant(self.pool.add(launch))
+        status = fb.call(abi.PYTHON_CALL, [callback, args, fb.const(len(op.operands))])
+        assert status is not None
+        fb.check_zero(status)
 
     def _encode(self, value: _Lowered, operand: ir.Value) -> tuple[int, str]:
         """(tag, i64 value) of one boxed argument."""

@@ -66,7 +66,9 @@ def compile_specialization(
             raise _stage_failure(name, index, stage_name, given, e) from e
         return result
 
-    torch_module = stage("import", lambda: import_graph(trace.graph_module.graph, context), trace.graph_module.code)
+    torch_module, launches = stage(  # type: ignore[misc]
+        "import", lambda: import_graph(trace.graph_module.graph, context), trace.graph_module.code
+    )
     stages["torch"] = str(torch_module)
     _dump(name, index, "torch", stages["torch"])
 
@@ -80,7 +82,8 @@ def compile_specialization(
         main = _find_main(torch_module)  # type: ignore[arg-type]
         input_paths = [leaf.path for leaf in facts.leaves]
         host = HostProgramLowering(
-            builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops
+            builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
+            launches,
         )
         host.run()
         aten_calls.extend(host.aten_calls)
