@@ -85,3 +85,35 @@ def test_first_failure_messages() -> None:
     assert first_failure(guards, [torch.randn(5, 8), 3], t.constants) == (
         "argument 'x': size mismatch at dim 0: expected 4, got 5"
     )
+
+
+def test_list_valued_sym_size_is_split_per_dim() -> None:
+    # torch 2.11's make_fx records x.size() inside some decompositions (repeat_interleave) as one list-valued
+    # aten.sym_size.default node, which the importer cannot type. Build such a graph by hand (2.13 no longer
+    # emits it) and check the split.
+    import operator
+
+    from trident.capture.trace import _split_size_lists
+    from trident.ir.fx_import import import_graph, new_context
+
+    _, t = trace(lambda x: x * 2, torch.randn(3, 2, 4), dynamism=Dynamism(sizes=frozenset({(0, (), 0)})))
+    gm = t.graph_module
+    graph = gm.graph
+    x = next(n for n in graph.nodes if n.op == "placeholder")
+    output = next(n for n in graph.nodes if n.op == "output")
+    with graph.inserting_before(output):
+        sizes = graph.call_function(torch.ops.aten.sym_size.default, (x,))
+        sizes.meta["val"] = list(x.meta["val"].shape)
+        first = graph.call_function(operator.getitem, (sizes, 0))
+        first.meta["val"] = x.meta["val"].shape[0]
+        zeros = graph.call_function(torch.ops.aten.new_zeros.default, (x, sizes))
+        zeros.meta["val"] = x.meta["val"].new_zeros(x.meta["val"].shape)
+        view = graph.call_function(torch.ops.aten.view.default, (x, [first, 8]))
+        view.meta["val"] = x.meta["val"].view(x.meta["val"].shape[0], 8)
+    output.args = (list(output.args[0]) + [zeros, view],)
+    _split_size_lists(gm)
+    targets = [n.target for n in graph.nodes]
+    assert torch.ops.aten.sym_size.default not in targets and operator.getitem not in targets
+    assert zeros.args[1][1:] == [2, 4] and zeros.args[1][0].target is torch.ops.aten.sym_size.int
+    assert view.args[1][0].target is torch.ops.aten.sym_size.int
+    import_graph(graph, new_context())  # every value has a type now

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
+import operator
 import os
 import threading
 import traceback
@@ -335,6 +336,7 @@ def trace_function(
     mode = _TracingMode(fake_mode)
     with _translate_capture_errors(), torch.no_grad(), _tracing(), intercept_triton_launches(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    _split_size_lists(gm)
     constants, fake_constants = _lift_constants(gm, fake_mode, mode.real_of)
     return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])
 
@@ -361,6 +363,40 @@ def _flatten_output(
         f"the function returns a {type(value).__name__}; Trident returns tensors, Python scalars and "
         "(nested) tuples and lists of them natively. Return a tuple instead."
     )
+
+
+def _split_size_lists(gm: torch.fx.GraphModule) -> None:
+    """Replace list-valued aten.sym_size.default(x) nodes (make_fx emits them for x.size() when some size is
+    symbolic; the torch-mlir importer cannot type a list value) with per-dim sym_size.int nodes and ints."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.sym_size.default:
+            continue
+        tensor = node.args[0]
+        items: list[object] = []
+        with graph.inserting_after(node):
+            for d, value in reversed(list(enumerate(node.meta["val"]))):
+                if isinstance(value, torch.SymInt):
+                    item = graph.call_function(torch.ops.aten.sym_size.int, (tensor, d))
+                    item.meta["val"] = value
+                    items.insert(0, item)
+                else:
+                    items.insert(0, int(value))
+        for user in list(node.users):
+            if user.target is operator.getitem:
+                replacement = items[user.args[1]]  # type: ignore[index]
+                if isinstance(replacement, torch.fx.Node):
+                    user.replace_all_uses_with(replacement)
+                else:
+                    for consumer in list(user.users):
+                        consumer.args = pytree.tree_map(lambda a: replacement if a is user else a, consumer.args)
+                        consumer.kwargs = pytree.tree_map(lambda a: replacement if a is user else a, consumer.kwargs)
+                graph.erase_node(user)
+            else:
+                user.args = pytree.tree_map(lambda a: list(items) if a is node else a, user.args)
+                user.kwargs = pytree.tree_map(lambda a: list(items) if a is node else a, user.kwargs)
+        graph.erase_node(node)
+    graph.lint()
 
 
 def _lift_constants(

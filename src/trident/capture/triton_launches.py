@@ -337,10 +337,22 @@ class RecordedLaunch:
         if on_cpu:
             run_recorded_launch_on_cpu(self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs)
         else:
-            torch.ops.higher_order.triton_kernel_wrapper_mutation(
-                kernel_idx=self.kernel_idx,
-                constant_args_idx=self.constant_args_idx,
-                grid=grid,
-                tma_descriptor_metadata=self.tma_descriptor_metadata,
-                kwargs=kwargs,
-            )
+            self._launch_with_triton(grid, kwargs)
+
+    def _launch_with_triton(self, grid: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> None:
+        """Triton's own launcher (it checks its specialization itself): the side-table kernel, which torch
+        may have wrapped in an Autotuner carrying num_warps / heuristics as configs."""
+        kernel = kernel_side_table.get_kernel(self.kernel_idx)
+        constants = kernel_side_table.get_constant_args(self.constant_args_idx)
+        configs = getattr(kernel, "configs", None) or []
+        if len(configs) > 1:
+            # One recorded grid per config: pick the one of the config the autotuner runs.
+            def launch_grid(meta: Mapping[str, Any]) -> tuple[Any, ...]:
+                for config, dims in zip(configs, grid):
+                    if all(meta.get(k) == v for k, v in config.kwargs.items()):
+                        return dims
+                return grid[0]
+
+            kernel[launch_grid](**kwargs, **constants)
+        else:
+            kernel[grid[0]](**kwargs, **constants)
