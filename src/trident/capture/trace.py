@@ -365,19 +365,27 @@ def _flatten_output(
     )
 
 
+_SIZE_LISTS = {torch.ops.aten.sym_size.default: torch.ops.aten.sym_size.int,
+               torch.ops.aten.size.default: torch.ops.aten.sym_size.int,
+               torch.ops.aten.sym_stride.default: torch.ops.aten.sym_stride.int,
+               torch.ops.aten.stride.default: torch.ops.aten.sym_stride.int}  # fmt: skip
+
+
 def _split_size_lists(gm: torch.fx.GraphModule) -> None:
-    """Replace list-valued aten.sym_size.default(x) nodes (make_fx emits them for x.size() when some size is
-    symbolic; the torch-mlir importer cannot type a list value) with per-dim sym_size.int nodes and ints."""
+    """Replace list-valued size/stride nodes (torch 2.11's make_fx records x.size() inside some
+    decompositions as one aten.sym_size.default / aten.size.default node; the torch-mlir importer cannot type
+    a list value) with per-dim sym_size.int / sym_stride.int nodes and plain ints."""
     graph = gm.graph
     for node in list(graph.nodes):
-        if node.target is not torch.ops.aten.sym_size.default:
+        per_dim = _SIZE_LISTS.get(node.target)  # type: ignore[arg-type]
+        if per_dim is None or not isinstance(node.meta.get("val"), (list, tuple)):
             continue
         tensor = node.args[0]
         items: list[object] = []
         with graph.inserting_after(node):
             for d, value in reversed(list(enumerate(node.meta["val"]))):
                 if isinstance(value, torch.SymInt):
-                    item = graph.call_function(torch.ops.aten.sym_size.int, (tensor, d))
+                    item = graph.call_function(per_dim, (tensor, d))
                     item.meta["val"] = value
                     items.insert(0, item)
                 else:
@@ -385,18 +393,25 @@ def _split_size_lists(gm: torch.fx.GraphModule) -> None:
         for user in list(node.users):
             if user.target is operator.getitem:
                 replacement = items[user.args[1]]  # type: ignore[index]
-                if isinstance(replacement, torch.fx.Node):
-                    user.replace_all_uses_with(replacement)
-                else:
-                    for consumer in list(user.users):
-                        consumer.args = pytree.tree_map(lambda a: replacement if a is user else a, consumer.args)
-                        consumer.kwargs = pytree.tree_map(lambda a: replacement if a is user else a, consumer.kwargs)
+                _replace_uses(user, replacement)
                 graph.erase_node(user)
             else:
-                user.args = pytree.tree_map(lambda a: list(items) if a is node else a, user.args)
-                user.kwargs = pytree.tree_map(lambda a: list(items) if a is node else a, user.kwargs)
+                _replace_uses_in(user, node, list(items))
         graph.erase_node(node)
     graph.lint()
+
+
+def _replace_uses(node: torch.fx.Node, replacement: object) -> None:
+    if isinstance(replacement, torch.fx.Node):
+        node.replace_all_uses_with(replacement)
+        return
+    for user in list(node.users):
+        _replace_uses_in(user, node, replacement)
+
+
+def _replace_uses_in(user: torch.fx.Node, old: torch.fx.Node, replacement: object) -> None:
+    user.args = pytree.tree_map(lambda a: replacement if a is old else a, user.args)
+    user.kwargs = pytree.tree_map(lambda a: replacement if a is old else a, user.kwargs)
 
 
 def _lift_constants(
