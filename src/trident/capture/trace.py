@@ -234,6 +234,8 @@ class _TracingMode(TorchFunctionMode):
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
         if func is torch.tensor and _symint_data(args[0] if args else kwargs.get("data")):
             return _symbolic_tensor(args[0] if args else kwargs.pop("data"), **kwargs)
+        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and _same_batch(args[0], args[1]):
+            return _batched_matmul(args[0], args[1])
         if func is torch.Tensor.__getitem__ and _basic_only(args[1]) and _has_symint(args[1]):
             return _basic_index(args[0], args[1])
         if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
@@ -245,6 +247,31 @@ class _TracingMode(TorchFunctionMode):
                 view.fill_(value)
             return None
         return func(*args, **kwargs)
+
+
+def _same_batch(a: object, b: object) -> bool:
+    """Both operands at least 3-D with the same batch dims and a symbolic size among them."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() < 3 or a.dim() != b.dim():
+        return False
+    sizes = [*a.shape, *b.shape]
+    if not any(isinstance(d, torch.SymInt) for d in sizes):
+        return False
+    return all(
+        x is y or (not isinstance(x, torch.SymInt) and not isinstance(y, torch.SymInt) and x == y)
+        for x, y in zip(a.shape[:-2], b.shape[:-2])
+    )
+
+
+def _batched_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b as one bmm over the flattened batch: what matmul does for equal batch dims. torch 2.11's matmul
+    decomposition guards on the value of a symbolic contraction size (Eq(pos + 1, N) in attention over a
+    growing KV cache), which would recompile a decode loop every step."""
+    batch = a.shape[:-2]
+    n = 1
+    for d in batch:  # an explicit product: reshape(-1, ...) would add divisibility guards
+        n = n * d
+    out = torch.bmm(a.reshape(n, a.shape[-2], a.shape[-1]), b.reshape(n, b.shape[-2], b.shape[-1]))
+    return out.view(*batch, a.shape[-2], b.shape[-1])
 
 
 def _symint_data(data: object) -> bool:
