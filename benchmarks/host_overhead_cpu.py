@@ -41,6 +41,29 @@ def chain(n_ops: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     return program
 
 
+CPP_FLOOR = r"""
+#include <torch/extension.h>
+// The same program as chain(n_ops), written in C++ against ATen's unboxed operator entries: the per-op floor
+// of any system that runs ATen operators one by one (no Python, no guards, no dispatch of its own).
+at::Tensor chain(const at::Tensor& x, const at::Tensor& y, int64_t n_ops) {
+  at::Tensor h = x;
+  for (int64_t i = 0; i < n_ops / 4; ++i) {
+    h = at::_ops::mul_Tensor::call(h, y);
+    h = at::_ops::add_Tensor::call(h, x, 1);
+    h = i % 2 == 0 ? at::_ops::relu::call(h) : at::_ops::tanh::call(h);
+    h = at::_ops::sub_Tensor::call(h, at::_ops::mean_dim::call(h, at::IntArrayRef{-1}, true, std::nullopt), 1);
+  }
+  return h;
+}
+"""
+
+
+def cpp_floor() -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
+    from torch.utils.cpp_extension import load_inline
+
+    return load_inline("trident_bench_floor", cpp_sources=CPP_FLOOR, functions=["chain"]).chain  # type: ignore[no-any-return]
+
+
 def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7) -> tuple[float, float]:
     """(median, spread) of µs per call over `rounds` rounds of `repeat` calls, after warm-up."""
     for _ in range(max(repeat // 10, 20)):
@@ -91,8 +114,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="one short round per system (smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to build on CPU)")
+    parser.add_argument("--no-cpp-floor", action="store_true", help="skip the C++ ATen floor (a ~60 s build)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    floor = None if args.no_cpp_floor else cpp_floor()
     repeat, rounds = (20, 1) if args.quick else (args.repeat, 7)
 
     torch.manual_seed(0)
@@ -102,6 +127,9 @@ def main() -> None:
         for n_ops in (20, 100):
             program = chain(n_ops)
             systems: dict[str, Callable[[], object]] = {"eager": lambda p=program: p(x, y)}
+            if floor is not None:
+                torch.testing.assert_close(floor(x, y, n_ops), program(x, y))
+                systems["C++ ATen floor"] = lambda n=n_ops: floor(x, y, n)
             if not args.no_compile:
                 compiled = torch.compile(program)
                 systems["torch.compile"] = lambda c=compiled: c(x, y)
@@ -142,14 +170,17 @@ def main() -> None:
     info = machine()
     print(f"machine: {info['cpu']} ({info['threads']} threads); Python {info['python']}, torch {info['torch']}, "
           f"torch-mlir {info['torch_mlir']}, trident {info['trident']}")
-    header = f"{'program':<10} {'eager µs':>10} {'compile µs':>11} {'trident µs':>11} {'vs eager':>9} {'vs compile':>11}"
+    header = (f"{'program':<10} {'eager µs':>9} {'compile µs':>11} {'C++ floor µs':>13} {'trident µs':>11} "
+              f"{'vs eager':>9} {'vs compile':>11} {'vs floor':>9}")
     print(header)
     print("-" * len(header))
+    nan = float("nan")
     for name, row in results.items():
-        compiled_us = row.get("torch.compile", float("nan"))
+        compiled_us, floor_us = row.get("torch.compile", nan), row.get("C++ ATen floor", nan)
         print(
-            f"{name:<10} {row['eager']:>10.2f} {compiled_us:>11.2f} {row['trident']:>11.2f} "
-            f"{row['eager'] / row['trident']:>8.2f}x {compiled_us / row['trident']:>10.2f}x"
+            f"{name:<10} {row['eager']:>9.2f} {compiled_us:>11.2f} {floor_us:>13.2f} {row['trident']:>11.2f} "
+            f"{row['eager'] / row['trident']:>8.2f}x {compiled_us / row['trident']:>10.2f}x "
+            f"{row['trident'] / floor_us:>8.2f}x"
         )
     print(f"entry only (bind + key + no-op specialization): {entry_us * 1e3:.0f} ns per call (beyond a C builtin call)")
     print(f"guards only, 2 tensors (native loop):            {guard_ns:.0f} ns per call")
