@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import trident
+
+TORCH_2_11 = torch.__version__.startswith("2.11")
 from trident.testing import count_compiles
 
 from .test_programs import assert_same, check
@@ -151,6 +153,8 @@ def test_llama_decode_loop_index_copy_cache() -> None:
 # Guards: the module called through __call__ inside a jitted function; batch 1 then 3 then 2: the batch
 # dimension becomes symbolic after the second size, so the third batch size compiles nothing. (Batch 3 compiles
 # twice: at pos 0 the symbolic pos is 0/1-specialized by the ShapeEnv, so pos 1 needs one more.)
+@pytest.mark.xfail(TORCH_2_11, strict=True, reason="torch 2.11's decompositions add value guards on the changed "
+                   "batch/length: 4-6 compiles instead of 2-4 (results still match eager)")
 def test_llama_decode_changing_batch_via_module_call() -> None:
     model = TinyLlama(gqa="expand_reshape").eval()
 
@@ -222,6 +226,8 @@ def test_llama_decode_loop_bfloat16() -> None:
 
 # Guards: a Llama prefill (causal bool mask with masked_fill, cache written with a slice) over changing
 # prompt lengths, then decoding continues from what prefill wrote.
+@pytest.mark.xfail(TORCH_2_11, strict=True, reason="torch 2.11's decompositions add value guards on the changed "
+                   "batch/length: 4-6 compiles instead of 2-4 (results still match eager)")
 def test_llama_prefill_with_bool_mask() -> None:
     model = TinyLlama().eval()
 
@@ -377,6 +383,8 @@ def test_gpt2_position_ids_and_attn_mask(mask_kind: str, attention: str) -> None
 
 
 # Guards: batch 1, 3, then other batch sizes and sequence lengths: the batch dim goes symbolic once.
+@pytest.mark.xfail(TORCH_2_11, strict=True, reason="torch 2.11's decompositions add value guards on the changed "
+                   "batch/length: 4-6 compiles instead of 2-4 (results still match eager)")
 def test_gpt2_changing_batch_and_length() -> None:
     model = GPT2(attention="manual").eval()
 
