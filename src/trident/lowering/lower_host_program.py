@@ -282,11 +282,7 @@ class HostProgramLowering:
         fb = self.fb
         name, overload = aten_name(op)
         self.aten_calls.append(f"{name}.{overload}" if overload else name)
-        args = fb.alloca(2 * len(op.operands), I64, "args")
-        for i, operand in enumerate(op.operands):
-            tag, value = self._encode(self.values[operand], operand)
-            fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
-            fb.store(value, I64, fb.gep(args, 2 * i + 1))
+        args = self._encode_operands(op)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
         typed = typed_symbol(name, overload, len(op.operands))
@@ -313,15 +309,21 @@ class HostProgramLowering:
         """Interim: the launch runs through its RecordedLaunch (Python) with the operands as Python objects."""
         fb = self.fb
         launch = self.launches[int(_operator_name(op).removeprefix(LAUNCH_OP_PREFIX))]
+        args = self._encode_operands(op)
+        callback = self.access.constant(self.pool.add(launch))
+        status = fb.call(abi.PYTHON_CALL, [callback, args, fb.const(len(op.operands))])
+        assert status is not None
+        fb.check_zero(status)
+
+    def _encode_operands(self, op: ir.Operation) -> str:
+        """A stack array of the op's operands as (tag, value) pairs, the runtime's argument encoding."""
+        fb = self.fb
         args = fb.alloca(2 * len(op.operands), I64, "args")
         for i, operand in enumerate(op.operands):
             tag, value = self._encode(self.values[operand], operand)
             fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
             fb.store(value, I64, fb.gep(args, 2 * i + 1))
-        callback = self.access.constant(self.pool.add(launch))
-        status = fb.call(abi.PYTHON_CALL, [callback, args, fb.const(len(op.operands))])
-        assert status is not None
-        fb.check_zero(status)
+        return args
 
     def _encode(self, value: _Lowered, operand: ir.Value) -> tuple[int, str]:
         """(tag, i64 value) of one boxed argument."""
