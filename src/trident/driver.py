@@ -200,7 +200,7 @@ class JitFunction:
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)
         self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
-        spec = Specialization(index, guards, facts, trace, compiled, time.perf_counter() - start)
+        spec = Specialization(index, guards, facts.without_tensors(), trace, compiled, time.perf_counter() - start)
         self.specializations.append(spec)
         with _compile_count_lock:
             _compile_count += 1

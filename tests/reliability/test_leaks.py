@@ -187,13 +187,7 @@ def test_errors_on_the_hit_path_leak_nothing() -> None:
     assert after - before < 256 << 20, f"RSS grew by {(after - before) / 2**20:.1f} MiB over 500 failing calls"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the arguments of the call that compiled a specialization stay alive as long as the "
-    "function: driver.JitFunction._compile stores the call's CallFacts in Specialization.facts, and their "
-    "Leaf.value fields hold the live tensors (capture/inputs.py says they are never stored). "
-    "Repro: f = trident.jit(lambda x: x * 2); x = torch.randn(4); r = weakref.ref(x); f(x); del x; r() is alive",
-)
+# The specialization keeps facts about the compiling call, not its tensors.
 def test_inputs_of_the_compiling_call_are_not_retained() -> None:
     f = trident.jit(returns_new)
     x, xs, n, s = arguments()

@@ -70,6 +70,14 @@ class CallFacts:
     leaves: tuple[Leaf, ...]
     sequences: tuple[SequenceFact, ...]
 
+    def without_tensors(self) -> CallFacts:
+        """These facts with tensor values dropped (their TensorFacts stay): what a specialization may keep
+        without holding the compiling call's tensors alive."""
+        leaves = tuple(
+            dataclasses.replace(leaf, value=None) if leaf.kind is LeafKind.TENSOR else leaf for leaf in self.leaves
+        )
+        return CallFacts(leaves, self.sequences)
+
 
 SEQ_TUPLE, SEQ_LIST = 1, 2
 TYPE_TENSOR, TYPE_PARAMETER = 1, 2
