@@ -180,6 +180,10 @@ class HostProgramLowering:
         elif name in _INT_BINARY:
             a, b = (self._int(v) for v in op.operands)
             self.values[op.results[0]] = _Lowered("int", fb.binary(_INT_BINARY[name], a, b))
+        elif name == "torch.aten.Int.bool":
+            # The importer wraps a bool used as a number (x * flag); it stays a bool-kinded Scalar so the
+            # operator sees what eager passes (a bool Scalar: bool tensor * True stays bool).
+            self.values[op.results[0]] = _Lowered("bool", self.values[op.operands[0]].ssa)
         elif name == "torch.aten.floordiv.int":
             a, b = (self._int(v) for v in op.operands)
             self.values[op.results[0]] = _Lowered("int", fb.binary("floordivsi", a, b))
