@@ -142,9 +142,9 @@ class JitFunction:
                     "Trident compiles plain strided torch.Tensor / nn.Parameter arguments (not subclasses, "
                     "sparse or meta tensors), so calls with it run eagerly"
                 )
-        if torch.is_grad_enabled() and self._constants_require_grad:
-            return self._constants_require_grad
         if torch.is_grad_enabled():
+            if self._constants_require_grad:
+                return self._constants_require_grad
             for leaf in facts.leaves:
                 if leaf.kind is LeafKind.TENSOR and leaf.tensor is not None and leaf.tensor.requires_grad:
                     return (

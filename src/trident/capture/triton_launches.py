@@ -314,8 +314,8 @@ class Operand:
 @dataclasses.dataclass
 class RecordedLaunch:
     """One kernel launch of a captured program. Compiled code calls it with the launch's runtime operands
-    (tensors and symbolic ints, in Operand order): through Triton's interpreter for CPU tensors, through the
-    launch higher-order op (Triton's own launcher) otherwise. A grid with a zero dimension launches nothing,
+    (tensors and symbolic ints, in Operand order): through Triton's interpreter for CPU tensors, through
+    Triton's own launcher otherwise. A grid with a zero dimension launches nothing,
     as in Triton."""
 
     kernel_name: str

@@ -81,10 +81,6 @@ TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* it
 
 TRIDENT_API void trident_decref(PyObject* obj) { Py_XDECREF(obj); }
 
-}  // extern "C"
-
-extern "C" {
-
 TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args, int64_t nargs) {
   PyObject* tuple = PyTuple_New(nargs);
   if (tuple == nullptr) return TRIDENT_ERROR;
