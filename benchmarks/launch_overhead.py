@@ -5,7 +5,8 @@ far sooner than the host issues the next one: per-call wall time over many calls
 
 Systems: a C loop calling cuLaunchKernel on the same cubin (the floor), Triton CompiledKernel.run,
 kernel[grid](...), torch eager x + y, torch.compile of a function launching the kernel, CUDA-graph replay
-of one launch, and trident.jit of that function. Also a 10-kernel function through trident and eager.
+of one launch, and trident.jit of that function (with the output allocated inside, and launching into a
+preallocated output: the work the floor and kernel[grid] do). Also a 10-kernel function, trident and eager.
 
     python benchmarks/launch_overhead.py [--calls N] [--json PATH]
 """
@@ -115,6 +116,12 @@ def one_launch(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def launch_into(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The work of `kernel[grid](...)` and of the C loop: one launch, no allocation."""
+    add_kernel[(1,)](x, y, out, N, BLOCK=BLOCK)
+    return out
+
+
 def ten_launches(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     out = x
     for _ in range(10):
@@ -157,10 +164,14 @@ def main() -> None:
         jitted = trident.jit(one_launch)
         torch.testing.assert_close(jitted(x, y), x + y)
         results["trident.jit(one launch)"] = per_call_us(lambda: jitted(x, y), calls)
+        jitted_into = trident.jit(launch_into)
+        torch.testing.assert_close(jitted_into(x, y, out), x + y)
+        results["trident.jit(launch into out)"] = per_call_us(lambda: jitted_into(x, y, out), calls)
         jitted10 = trident.jit(ten_launches)
         torch.testing.assert_close(jitted10(x, y), x + 10 * y, rtol=1e-4, atol=1e-4)
         results["eager 10-kernel function"] = per_call_us(lambda: ten_launches(x, y), calls // 10)
         results["trident.jit 10-kernel function"] = per_call_us(lambda: jitted10(x, y), calls // 10)
+        print("\n" + trident.explain(jitted_into) + "\n")
 
     floor = results["cuLaunchKernel C loop (floor)"]
     info = {

@@ -28,6 +28,7 @@ from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, is_tracing, trace_function
 from .knobs import knobs, log_enabled
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
+from .runtime.triton_native import describe_launch_site
 
 log = logging.getLogger("trident")
 
@@ -247,6 +248,7 @@ class JitFunction:
                 f"({len(spec.compiled.ops)} through the boxed dispatcher)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
+            lines += [f"    {describe_launch_site(site)}" for site in spec.compiled.launch_sites]
         if self.last_miss_reason is not None:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:

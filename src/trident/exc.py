@@ -30,3 +30,9 @@ class GuardMismatch(TridentError):
 
 class ExecutionError(TridentError):
     """Compiled code failed in a way that has no eager equivalent."""
+
+
+class KernelLaunchError(TridentError, RuntimeError):
+    """The CUDA driver refused a native Triton kernel launch; the message names the kernel and the CUDA error.
+
+    A RuntimeError too, like the error Triton's own launcher raises for the same failure."""

@@ -12,3 +12,13 @@ def count_compiles() -> Iterator[Callable[[], int]]:
 
     start = compile_count()
     yield lambda: compile_count() - start
+
+
+def triton_launch_sites(fn: Callable[..., object]) -> list[object]:
+    """What each Triton launch of a jitted function's specializations calls, in order: on CUDA the native
+    `TritonLaunch` (variant_count, native_launches, fallback_launches, disabled_reason), on CPU the
+    RecordedLaunch run through Triton's interpreter."""
+    jitted = getattr(fn, "_trident", None)
+    if jitted is None:
+        raise TypeError(f"triton_launch_sites: expected a trident.jit function, got {type(fn).__name__}")
+    return [site for spec in jitted.specializations for site in spec.compiled.launch_sites]

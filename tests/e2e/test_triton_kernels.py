@@ -1,6 +1,8 @@
-"""Triton kernels inside a jitted function, on CPU: captured as launches and run through Triton's
-interpreter from the compiled program (the interim launch path; native launches are the next step).
-References are plain torch computations of what each kernel does."""
+"""Triton kernels inside a jitted function, end to end against eager references.
+
+Every program runs on CPU (launches go through Triton's interpreter from the compiled program) and, marked
+`gpu`, on CUDA (launches go native once Triton compiled the variant). References are plain torch
+computations of what each kernel does."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +12,8 @@ import triton.language as tl
 
 import trident
 from trident.testing import count_compiles
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @triton.jit
@@ -36,20 +40,72 @@ def write_cache_kernel(cache_ptr, k_ptr, pos, stride_row, D: tl.constexpr):
     tl.store(cache_ptr + row * stride_row + pos * D + cols, tl.load(k_ptr + row * D + cols))
 
 
-def test_elementwise_tuple_grid_mixed_with_aten() -> None:
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * stride + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
+
+
+@triton.jit
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    mean = tl.sum(x, axis=0) / n_cols
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask)
+    b = tl.load(b_ptr + cols, mask=mask)
+    tl.store(out_ptr + row * n_cols + cols, centered * rstd * w + b, mask=mask)
+
+
+@triton.autotune(
+    configs=[triton.Config({"BM": 16, "BN": 16, "BK": 16}, num_warps=2),
+             triton.Config({"BM": 32, "BN": 16, "BK": 16}, num_warps=4)],
+    key=["M", "N", "K"],
+)
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def tuned_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_elementwise_tuple_grid_mixed_with_aten(device: str) -> None:
     @trident.jit
     def fn(x, y):  # type: ignore[no-untyped-def]
         out = torch.empty_like(x)
         add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
         return out * 2
 
-    x, y = torch.randn(37), torch.randn(37)
+    x, y = torch.randn(37, device=device), torch.randn(37, device=device)
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(fn(x, y), (x + y) * 2)
 
 
-def test_lambda_grid_loop_kernel_and_float_argument() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_lambda_grid_loop_kernel_and_float_argument(device: str) -> None:
     @trident.jit
     def fn(x, scale: float):  # type: ignore[no-untyped-def]
         out = torch.empty_like(x)
@@ -57,20 +113,21 @@ def test_lambda_grid_loop_kernel_and_float_argument() -> None:
         scale_rows_kernel[grid](x, out, x.shape[1], scale, BLOCK=8)
         return out
 
-    x = torch.randn(3, 21)
+    x = torch.randn(3, 21, device=device)
     torch.testing.assert_close(fn(x, 0.5), x * 0.5)
 
 
-def test_kernel_writes_kv_cache_in_place_at_int_position() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_writes_kv_cache_in_place_at_int_position(device: str) -> None:
     @trident.jit
     def step(cache, k, pos):  # type: ignore[no-untyped-def]
         write_cache_kernel[(cache.shape[0],)](cache, k, pos, cache.stride(0), D=4)
         return cache[:, : (pos + 1) * 4].sum(dim=1)
 
-    cache, expected = torch.zeros(2, 8 * 4), torch.zeros(2, 8 * 4)
+    cache, expected = torch.zeros(2, 8 * 4, device=device), torch.zeros(2, 8 * 4, device=device)
     with count_compiles() as compiles:
         for pos in range(6):
-            k = torch.randn(2, 4)
+            k = torch.randn(2, 4, device=device)
             expected[:, pos * 4 : pos * 4 + 4] = k
             out = step(cache, k, pos)
             torch.testing.assert_close(cache, expected)
@@ -78,8 +135,9 @@ def test_kernel_writes_kv_cache_in_place_at_int_position() -> None:
     assert compiles() == 2, trident.explain(step)
 
 
-def test_three_kernels_and_matmuls() -> None:
-    w = torch.randn(16, 16)
+@pytest.mark.parametrize("device", DEVICES)
+def test_three_kernels_and_matmuls(device: str) -> None:
+    w = torch.randn(16, 16, device=device)
 
     @trident.jit
     def fn(x, y):  # type: ignore[no-untyped-def]
@@ -92,33 +150,93 @@ def test_three_kernels_and_matmuls() -> None:
         add_kernel[(triton.cdiv(c.numel(), 64),)](c, x, d, c.numel(), BLOCK=64)
         return d @ w.t()
 
-    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    x, y = torch.randn(4, 16, device=device), torch.randn(4, 16, device=device)
     torch.testing.assert_close(fn(x, y), ((((x + y) @ w) * 3.0) + x) @ w.t(), rtol=1e-4, atol=1e-4)
 
 
-def test_zero_sized_grid_launches_nothing() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_sized_grid_launches_nothing(device: str) -> None:
     @trident.jit
     def fn(x, y):  # type: ignore[no-untyped-def]
         out = torch.zeros_like(x)
         add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
         return out
 
-    x = torch.randn(0)
+    x = torch.randn(0, device=device)
     assert fn(x, x).shape == (0,)
 
 
-def test_misaligned_view_gives_the_right_result() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_misaligned_view_gives_the_right_result(device: str) -> None:
     @trident.jit
     def fn(x, y):  # type: ignore[no-untyped-def]
         out = torch.empty_like(x)
         add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
         return out
 
-    base, y = torch.randn(33), torch.randn(32)
+    base, y = torch.randn(33, device=device), torch.randn(32, device=device)
     with count_compiles() as compiles:
         torch.testing.assert_close(fn(base[:32], y), base[:32] + y)
         torch.testing.assert_close(fn(base[1:], y), base[1:] + y)  # offset 1: not 16-byte aligned
     assert compiles() == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_softmax_rows(device: str) -> None:
+    @trident.jit
+    def fn(x):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+
+    for cols in (20, 20, 30):  # the second call hits, the third recompiles for the new width
+        x = torch.randn(5, cols, device=device)
+        torch.testing.assert_close(fn(x), torch.softmax(x, dim=1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_then_aten_linear(device: str) -> None:
+    w, b = torch.randn(24, device=device), torch.randn(24, device=device)
+    proj = torch.randn(24, 8, device=device)
+
+    @trident.jit
+    def fn(x, eps: float):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        layer_norm_kernel[(x.shape[0],)](x, w, b, out, x.shape[1], eps, BLOCK=32)
+        return out @ proj
+
+    x = torch.randn(6, 24, device=device)
+    expected = torch.nn.functional.layer_norm(x, (24,), w, b, 1e-5) @ proj
+    torch.testing.assert_close(fn(x, 1e-5), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autotuned_matmul_with_meta_grid(device: str) -> None:
+    @trident.jit
+    def fn(a, b):  # type: ignore[no-untyped-def]
+        M, K = a.shape
+        N = b.shape[1]
+        c = torch.empty(M, N, device=a.device)
+        grid = lambda META: (triton.cdiv(M, META["BM"]), triton.cdiv(N, META["BN"]))  # noqa: E731
+        matmul_kernel[grid](a, b, c, M, N, K)
+        return c + 1
+
+    for m in (40, 40, 24):
+        a, b = torch.randn(m, 32, device=device), torch.randn(32, 48, device=device)
+        torch.testing.assert_close(fn(a, b), a @ b + 1, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autotuned_elementwise_meta_grid_over_changing_sizes(device: str) -> None:
+    @trident.jit
+    def fn(x, y):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        tuned_add_kernel[lambda META: (triton.cdiv(x.numel(), META["BLOCK"]),)](x, y, out, x.numel())
+        return out
+
+    for n in (100, 64, 1, 48, 100, 17):
+        x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+        torch.testing.assert_close(fn(x, y), x + y)
 
 
 @pytest.mark.gpu

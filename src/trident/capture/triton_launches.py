@@ -315,8 +315,11 @@ class Operand:
 class RecordedLaunch:
     """One kernel launch of a captured program. Compiled code calls it with the launch's runtime operands
     (tensors and symbolic ints, in Operand order): through Triton's interpreter for CPU tensors, through
-    Triton's own launcher otherwise. A grid with a zero dimension launches nothing,
-    as in Triton."""
+    Triton's own launcher otherwise. A grid with a zero dimension launches nothing, as in Triton.
+
+    On CUDA, compiled code reaches it only as the fallback of its native TritonLaunch (`native`, see
+    runtime/triton_native.py): after Triton launched the kernel, the variant it compiled is registered so
+    that later launches with the same specialization go native."""
 
     kernel_name: str
     kernel_idx: int
@@ -324,6 +327,15 @@ class RecordedLaunch:
     grid: list[tuple[Any, ...]]  # one per autotune config; entries are ints or Operands
     tma_descriptor_metadata: dict[str, Any]
     kwargs: dict[str, Any]  # literals or Operands
+    operand_kinds: list[str] = dataclasses.field(default_factory=list)  # "tensor", "int", "float", "bool"
+    device_type: str = "cpu"  # of the launch's tensors
+    native: Any = dataclasses.field(default=None, repr=False)  # the TritonLaunch, for CUDA launches
+    plan: Any = dataclasses.field(default=None, repr=False)  # its LaunchPlan
+    compiled_variants: list[Any] = dataclasses.field(default_factory=list, repr=False)
+
+    def constants(self) -> dict[str, Any]:
+        """Arguments torch kept out of the graph (constexprs, literals), by name."""
+        return dict(kernel_side_table.get_constant_args(self.constant_args_idx))
 
     def __call__(self, *operands: Any) -> None:
         def fill(value: Any) -> Any:
@@ -336,14 +348,19 @@ class RecordedLaunch:
         on_cpu = all(t.device.type == "cpu" for t in kwargs.values() if isinstance(t, torch.Tensor))
         if on_cpu:
             run_recorded_launch_on_cpu(self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs)
-        else:
-            self._launch_with_triton(grid, kwargs)
+            return
+        compiled = self._launch_with_triton(grid, kwargs)
+        if self.native is not None:
+            from ..runtime.triton_native import register_variant
 
-    def _launch_with_triton(self, grid: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> None:
+            register_variant(self, compiled, kwargs, operands)
+
+    def _launch_with_triton(self, grid: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> Any:
         """Triton's own launcher (it checks its specialization itself): the side-table kernel, which torch
-        may have wrapped in an Autotuner carrying num_warps / heuristics as configs."""
+        may have wrapped in an Autotuner carrying num_warps / heuristics as configs. Returns the
+        CompiledKernel Triton launched."""
         kernel = kernel_side_table.get_kernel(self.kernel_idx)
-        constants = kernel_side_table.get_constant_args(self.constant_args_idx)
+        constants = self.constants()
         configs = getattr(kernel, "configs", None) or []
         if len(configs) > 1:
             # One recorded grid per config: pick the one of the config the autotuner runs.
@@ -353,6 +370,5 @@ class RecordedLaunch:
                         return dims
                 return grid[0]
 
-            kernel[launch_grid](**kwargs, **constants)
-        else:
-            kernel[grid[0]](**kwargs, **constants)
+            return kernel[launch_grid](**kwargs, **constants)
+        return kernel[grid[0]](**kwargs, **constants)

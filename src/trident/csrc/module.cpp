@@ -1,5 +1,6 @@
 /*
- * module.cpp — the `_trident_runtime` extension module: init(), the Context type, benchmarking helpers.
+ * module.cpp — the `_trident_runtime` extension module: init(), init_cuda(), the Context type, benchmarking
+ * helpers.
  *
  * A Context is the process-specific half of a compiled specialization: the operator handles its code calls
  * and the Python objects it closed over, laid out as the TridentSpecContext struct generated code loads
@@ -193,6 +194,8 @@ PyMethodDef module_methods[] = {
     {"always_guard_address", module_always_guard_address, METH_NOARGS, "address of a guard returning 1"},
     {"time_guard", module_time_guard, METH_VARARGS,
      "time_guard(guard_address, context, args, iterations) -> float: ns per guard call"},
+    {"init_cuda", trident::init_cuda, METH_VARARGS,
+     "init_cuda(libtorch_cuda_path, launch_error_type): resolve the CUDA driver and torch's current stream"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -221,14 +224,16 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   ctx.tp_traverse = context_traverse;
   ctx.tp_clear = context_clear;
   ctx.tp_getset = context_getset;
-  if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type()) return nullptr;
+  if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type() || !trident::ready_triton_launch_type()) return nullptr;
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
   Py_INCREF(&trident::ContextType);
   Py_INCREF(&trident::EntryType);
+  Py_INCREF(&trident::TritonLaunchType);
   if (PyModule_AddObject(module, "Context", reinterpret_cast<PyObject*>(&trident::ContextType)) < 0 ||
-      PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0) {
+      PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0 ||
+      PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -38,6 +38,21 @@ extern PyTypeObject EntryType;
 extern PyTypeObject ContextType;
 bool ready_entry_type();
 
+/* tensor_access.cpp: the (mutable) data address of a tensor, as Triton passes it to kernels; false with the
+ * thread's error set if the tensor has no storage data. */
+bool tensor_data_address(AtenTensorHandle t, int64_t* out);
+
+/* values.cpp: a tuple of Python objects for (tag, value) operand pairs (TENSOR, INT, DOUBLE, BOOL), or NULL
+ * with a Python error set. */
+PyObject* python_operands(const int64_t* args, int64_t nargs);
+
+/* triton_launch.cpp: the TritonLaunch type, the module function init_cuda(libtorch_cuda_path, error_type),
+ * and the exception class for TRIDENT_EXC_KERNEL_LAUNCH (RuntimeError until init_cuda gave one). */
+extern PyTypeObject TritonLaunchType;
+bool ready_triton_launch_type();
+PyObject* init_cuda(PyObject* module, PyObject* args);
+PyObject* kernel_launch_error_type();
+
 /* module.cpp: the C struct inside a Context object (for Entry.add_spec, which keeps the object alive). */
 TridentSpecContext* context_struct(PyObject* context);
 

@@ -140,3 +140,13 @@ TRIDENT_API int64_t trident_global_state(void) {
 }
 
 }  // extern "C"
+
+bool trident::tensor_data_address(AtenTensorHandle t, int64_t* out) {
+  try {
+    // The mutable pointer, as Triton's launcher takes it: a kernel may write through it.
+    *out = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor_of(t).data_ptr()));
+    return true;
+  } catch (...) {
+    return trident::fail_with_current_exception() == TRIDENT_OK;
+  }
+}

@@ -49,7 +49,7 @@ typedef struct {
   void** ops;            /* resolved operator handles, indexed by the op id the compiler assigned */
   PyObject** constants;  /* borrowed-by-generated-code Python objects (tensors closed over, identity-guarded
                             objects); the context owns a reference to each */
-  void** kernels;        /* reserved for Triton kernel handles (next issue); NULL for now */
+  void** kernels;        /* unused (NULL): kernel handles live in the TritonLaunch objects among constants */
 } TridentSpecContext;
 
 /* Signatures of the two functions compiled per specialization.
@@ -180,9 +180,16 @@ TRIDENT_API void trident_decref(PyObject* obj);
 
 /* Calls a Python callable (borrowed, from the context's constants) with `nargs` arguments encoded as for
  * trident_op_call (TENSOR, INT, DOUBLE, BOOL only; tensors become their Python objects) and discards its
- * result. For work that has no native implementation yet (Triton launches, until they are launched
- * natively); it runs Python bytecode. On failure the callable's exception stays set. */
+ * result. For work that has no native implementation: Triton launches on CPU tensors, which run through
+ * Triton's interpreter; it runs Python bytecode. On failure the callable's exception stays set. */
 TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args, int64_t nargs);
+
+/* Launches one Triton kernel launch site: `launch` is its TritonLaunch object (borrowed, from the context's
+ * constants), the operands are encoded as for trident_op_call (TENSOR, INT, DOUBLE, BOOL). A compiled
+ * variant matching the operands' specialization key is launched natively on torch's current CUDA stream;
+ * otherwise the launch object's Python fallback (Triton's launcher) runs it. On failure a launch error
+ * names the kernel and the CUDA error, or the fallback's exception stays set. */
+TRIDENT_API int32_t trident_triton_launch(PyObject* launch, const int64_t* args, int64_t nargs);
 
 /* ---------------------------------------------------------------------------------------------------
  * Errors.
@@ -192,6 +199,7 @@ TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args,
 #define TRIDENT_EXC_VALUE 2
 #define TRIDENT_EXC_TYPE 3
 #define TRIDENT_EXC_NOT_IMPLEMENTED 4
+#define TRIDENT_EXC_KERNEL_LAUNCH 5 /* trident.exc.KernelLaunchError */
 /* The message of this thread's last failure (valid until the next failure on this thread). */
 TRIDENT_API const char* trident_last_error(void);
 TRIDENT_API int32_t trident_last_error_kind(void);

@@ -82,8 +82,20 @@ TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* it
 TRIDENT_API void trident_decref(PyObject* obj) { Py_XDECREF(obj); }
 
 TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args, int64_t nargs) {
+  PyObject* operands = trident::python_operands(args, nargs);
+  if (operands == nullptr) return TRIDENT_ERROR;
+  PyObject* result = PyObject_Call(callable, operands, nullptr);
+  Py_DECREF(operands);
+  if (result == nullptr) return TRIDENT_ERROR;  // the callable's exception stays set; the entry raises it
+  Py_DECREF(result);
+  return TRIDENT_OK;
+}
+
+}  // extern "C"
+
+PyObject* trident::python_operands(const int64_t* args, int64_t nargs) {
   PyObject* tuple = PyTuple_New(nargs);
-  if (tuple == nullptr) return TRIDENT_ERROR;
+  if (tuple == nullptr) return nullptr;
   for (int64_t i = 0; i < nargs; ++i) {
     const int64_t tag = args[2 * i] & 0xff, value = args[2 * i + 1];
     PyObject* item = nullptr;
@@ -98,19 +110,13 @@ TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args,
         break;
       }
       default:
-        PyErr_Format(PyExc_RuntimeError, "trident_python_call: unsupported argument tag %lld", (long long)tag);
+        PyErr_Format(PyExc_RuntimeError, "unsupported operand tag %lld for a Python call", (long long)tag);
     }
     if (item == nullptr) {
       Py_DECREF(tuple);
-      return TRIDENT_ERROR;
+      return nullptr;
     }
     PyTuple_SET_ITEM(tuple, i, item);  // steals item
   }
-  PyObject* result = PyObject_Call(callable, tuple, nullptr);
-  Py_DECREF(tuple);
-  if (result == nullptr) return TRIDENT_ERROR;  // the callable's exception stays set; the entry raises it
-  Py_DECREF(result);
-  return TRIDENT_OK;
+  return tuple;
 }
-
-}  // extern "C"

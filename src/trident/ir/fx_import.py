@@ -39,17 +39,32 @@ class TridentNodeImporter(GraphNodeImporter):
 
         kwargs = dict(node.kwargs)
         kernel = kernel_side_table.get_kernel(kwargs["kernel_idx"])
+        grid = [tuple(operand(d) for d in dims) for dims in kwargs["grid"]]
+        launch_kwargs = {name: operand(v) for name, v in kwargs["kwargs"].items()}
+        vals = [n.meta["val"] for n in operands]
         launch = RecordedLaunch(
             kernel_name=getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel)),
             kernel_idx=kwargs["kernel_idx"],
             constant_args_idx=kwargs["constant_args_idx"],
-            grid=[tuple(operand(d) for d in dims) for dims in kwargs["grid"]],
+            grid=grid,
             tma_descriptor_metadata=dict(kwargs["tma_descriptor_metadata"]),
-            kwargs={name: operand(v) for name, v in kwargs["kwargs"].items()},
+            kwargs=launch_kwargs,
+            operand_kinds=[_operand_kind(v) for v in vals],
+            device_type="cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in vals) else "cpu",
         )
         values = [self._import_argument(loc, n) for n in operands]
         self.launches.append(launch)
         _emit_operation(f"{LAUNCH_OP_PREFIX}{len(self.launches) - 1}", result_types=[], operands=values, loc=loc)
+
+
+def _operand_kind(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, (torch.SymBool, bool)):
+        return "bool"
+    if isinstance(value, (torch.SymInt, int)):
+        return "int"
+    return "float"
 
 
 def new_context() -> ir.Context:

@@ -5,6 +5,7 @@ Each torch op becomes native code, in program order:
   aten.{add,sub,mul,floordiv,...}.int     -> arith on i64 (symbolic sizes and ints)
   aten.size.int / stride.int              -> runtime reads of the tensor's metadata
   prim.NumToTensor.Scalar                 -> a wrapped-number scalar tensor, as eager's argument parser makes
+  trident.triton_launch.<i>               -> trident_triton_launch (CUDA) / trident_python_call (CPU interpreter)
   every other ATen op                     -> trident_op_call through the dispatcher (boxed)
   func.return                             -> Python results built natively (tuples, lists, scalars)
 
@@ -26,6 +27,7 @@ from ..ir.mlir_text import F64, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .symbolic_ints import python_mod
+from ..runtime.triton_native import make_native_launch
 from ..runtime.typed_ops import typed_symbol
 
 
@@ -73,6 +75,9 @@ _INT_COMPARE = {
 }  # fmt: skip
 
 
+_UNMODELED_METADATA_OPS = frozenset({"torch.aten.stride.int", "torch.aten.size.int"})
+
+
 def _operator_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value
 
@@ -117,6 +122,7 @@ class HostProgramLowering:
         self.pool = pool
         self.ops = ops
         self.launches = launches  # RecordedLaunch callables, indexed by the launch ops' names
+        self.launch_sites: list[object] = []  # what each launch op calls (TritonLaunch or RecordedLaunch)
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
@@ -164,6 +170,8 @@ class HostProgramLowering:
     # -- ops ------------------------------------------------------------------------------------------------
     def _lower(self, op: ir.Operation) -> None:
         name = op.name
+        if name == "torch.operator" and _operator_name(op) in _UNMODELED_METADATA_OPS:
+            name = _operator_name(op)  # torch-mlir does not model it (e.g. aten.stride.int), but we do
         fb = self.fb
         if name.startswith("torch.constant."):
             self.values[op.results[0]] = self._constant(op)
@@ -310,12 +318,19 @@ class HostProgramLowering:
                 self.values[result] = handles[0]
 
     def _triton_launch(self, op: ir.Operation) -> None:
-        """Interim: the launch runs through its RecordedLaunch (Python) with the operands as Python objects."""
+        """A launch on CUDA tensors goes through its native TritonLaunch (cuLaunchKernel for specializations
+        Triton compiled already, Triton's launcher otherwise); on CPU tensors, through the RecordedLaunch
+        (Triton's interpreter), as Python objects."""
         fb = self.fb
         launch = self.launches[int(_operator_name(op).removeprefix(LAUNCH_OP_PREFIX))]
         args = self._encode_operands(op)
-        callback = self.access.constant(self.pool.add(launch))
-        status = fb.call(abi.PYTHON_CALL, [callback, args, fb.const(len(op.operands))])
+        if launch.device_type == "cuda":
+            target, extern = make_native_launch(launch), abi.TRITON_LAUNCH
+        else:
+            target, extern = launch, abi.PYTHON_CALL
+        self.launch_sites.append(target)
+        callee = self.access.constant(self.pool.add(target))
+        status = fb.call(extern, [callee, args, fb.const(len(op.operands))])
         assert status is not None
         fb.check_zero(status)
 

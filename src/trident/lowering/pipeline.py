@@ -39,6 +39,7 @@ class CompiledSpecialization:
     aten_calls: list[str]  # every ATen call of the host program, in order
     constants: list[object]
     stages: dict[str, str]  # stage name -> IR text
+    launch_sites: list[object] = dataclasses.field(default_factory=list)  # Triton launches, in program order
 
 
 def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSource]:
@@ -75,6 +76,7 @@ def compile_specialization(
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
     aten_calls: list[str] = []
+    launch_sites: list[object] = []
     builder = ModuleBuilder()
 
     def lower() -> str:
@@ -87,6 +89,7 @@ def compile_specialization(
         )
         host.run()
         aten_calls.extend(host.aten_calls)
+        launch_sites.extend(host.launch_sites)
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -99,7 +102,7 @@ def compile_specialization(
         native = NativeModule(llvm_module, [runtime_library])  # type: ignore[arg-type]
         return CompiledSpecialization(
             native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), aten_calls, pool.objects,
-            stages,
+            stages, launch_sites,
         )
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]

@@ -54,6 +54,7 @@ TENSOR_STORAGE_OFFSET = Extern("trident_tensor_storage_offset", (PTR,), I64)
 OP_CALL = Extern("trident_op_call", (PTR, PTR, I64, PTR, I64), I32)
 SCALAR_TENSOR = Extern("trident_scalar_tensor", (I64, I64, PTR), I32)
 PYTHON_CALL = Extern("trident_python_call", (PTR, PTR, I64), I32)
+TRITON_LAUNCH = Extern("trident_triton_launch", (PTR, PTR, I64), I32)
 TENSOR_DELETE = Extern("trident_tensor_delete", (PTR,), None)
 
 WRAP_TENSOR = Extern("trident_wrap_tensor", (PTR,), PTR)

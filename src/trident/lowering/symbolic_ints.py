@@ -14,8 +14,16 @@ class SymbolicIntLowering:
     def __init__(self, fb: FunctionBuilder, env: dict[sympy.Symbol, str]) -> None:
         self.fb = fb
         self.env = env  # symbol -> i64 SSA value
+        # Lowered subexpressions: sympy does not share them (triton.next_power_of_2 of a size is a tree
+        # that repeats each level), so without this the emitted code would grow exponentially.
+        self._lowered: dict[sympy.Basic, str] = {}
 
     def int_expr(self, expr: sympy.Basic) -> str:
+        if expr not in self._lowered:
+            self._lowered[expr] = self._int_expr(expr)
+        return self._lowered[expr]
+
+    def _int_expr(self, expr: sympy.Basic) -> str:
         fb = self.fb
         if isinstance(expr, sympy.Integer) or (isinstance(expr, sympy.Number) and expr == int(expr)):
             return fb.const(int(expr))
@@ -37,6 +45,11 @@ class SymbolicIntLowering:
             return self._fold("maxsi", [self.int_expr(a) for a in expr.args])
         if isinstance(expr, (sympy.Min, torch_sympy.Min)):
             return self._fold("minsi", [self.int_expr(a) for a in expr.args])
+        bitwise = {torch_sympy.BitwiseFn_bitwise_or: "ori", torch_sympy.BitwiseFn_bitwise_and: "andi",
+                   torch_sympy.BitwiseFn_bitwise_xor: "xori", torch_sympy.LShift: "shli",
+                   torch_sympy.RShift: "shrsi"}  # fmt: skip
+        if type(expr) in bitwise:  # Python's shifts and bitwise ops on ints match two's complement i64
+            return fb.binary(bitwise[type(expr)], self.int_expr(expr.args[0]), self.int_expr(expr.args[1]))
         if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and 0 < int(expr.exp) <= 8:
             base = self.int_expr(expr.base)
             return self._fold("muli", [base] * int(expr.exp))

@@ -1,0 +1,303 @@
+"""Native launches of captured Triton kernels: building a launch site's TritonLaunch and its variants.
+
+A TritonLaunch (csrc/triton_launch.cpp) launches compiled variants of one kernel with cuLaunchKernel. Its
+key spec names the operands Triton specializes the kernel on and how: 16-byte alignment of pointers,
+integers equal to 1, divisible by 16 or wider than 32 bits (honouring do_not_specialize and
+do_not_specialize_on_alignment), and the exact values of autotune keys and of ints that heuristics read.
+
+Variants are learned, never assumed. A launch with no matching variant goes to the site's fallback, Triton's
+own launcher, which compiles (and autotunes) exactly as eager would. `register_variant` then reads what
+cuLaunchKernel needs from the CompiledKernel Triton returned, checks that the native key agrees with
+Triton's own specialization of that call (a disagreement disables native launches for the site instead of
+risking a wrong kernel), and hands the variant over. Kernel features the native launcher does not implement
+(clusters, cooperative or PDL launches, scratch buffers, TMA descriptors, fp16 scalars, hooks) disable
+native launches for the site with the reason; its launches stay correct through Triton's launcher.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("trident")
+
+# Numbering shared with csrc/triton_launch.cpp.
+KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE = range(5)
+PARAM_POINTER, PARAM_INT, PARAM_FP32, PARAM_FP64, PARAM_LITERAL = range(5)
+
+MAX_VARIANTS = 32  # per launch site; past it new specializations keep running through Triton's launcher
+MAX_KEY = 64  # csrc kMaxKey
+_INT_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"})
+
+
+def kernel_chain(kernel: Any) -> tuple[list[Any], Any]:
+    """(the Autotuner / Heuristics wrappers outermost first, the JITFunction they wrap)."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    wrappers = []
+    while isinstance(kernel, (Autotuner, Heuristics)):
+        wrappers.append(kernel)
+        kernel = kernel.fn
+    return wrappers, kernel
+
+
+@functools.cache
+def _cuda_ready() -> str | None:
+    """None once the runtime reached the CUDA driver and torch's stream accessor, else why not."""
+    from trident.exc import KernelLaunchError
+    from trident.runtime import load_runtime
+
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    torch.cuda.init()  # loads libtorch_cuda and creates the context Triton's kernels are loaded in
+    path = Path(torch.__file__).resolve().parent / "lib" / "libtorch_cuda.so"
+    try:
+        load_runtime().init_cuda(str(path), KernelLaunchError)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+class LaunchPlan:
+    """What a launch site's TritonLaunch is built from: its key spec and, per key entry, the kernel parameter
+    whose Triton specialization it mirrors (None for exact-value entries)."""
+
+    def __init__(self, launch: Any, kernel: Any) -> None:
+        self.key_spec: list[tuple[int, int]] = []
+        self.key_params: list[str | None] = []
+        self.unsupported: str | None = None
+        wrappers, jit = kernel_chain(kernel)
+        self._plan_wrappers(launch, wrappers)
+        for param in jit.params:
+            value = launch.kwargs.get(param.name)
+            if not hasattr(value, "index"):  # literals are fixed per site
+                continue
+            kind = launch.operand_kinds[value.index]
+            if param.is_constexpr:  # computed from sizes (triton.next_power_of_2(n)): one kernel per value
+                self._add(value.index, KEY_VALUE, None)
+                continue
+            if param.annotation_type and kind in ("tensor", "int"):
+                self.unsupported = f"parameter '{param.name}' has a type annotation ({param.annotation})"
+            elif kind == "tensor" and not (param.do_not_specialize or param.do_not_specialize_on_alignment):
+                self._add(value.index, KEY_ALIGN, param.name)
+            elif kind == "int":
+                mode = (KEY_INT_WIDTH if param.do_not_specialize else
+                        KEY_INT_NO_ALIGN if param.do_not_specialize_on_alignment else KEY_INT)  # fmt: skip
+                self._add(value.index, mode, param.name)
+        if len(self.key_spec) > MAX_KEY:
+            self.unsupported = f"the kernel specializes on {len(self.key_spec)} operands (more than {MAX_KEY})"
+            self.key_spec, self.key_params = [], []
+        if launch.tma_descriptor_metadata:
+            self.unsupported = "TMA descriptor arguments"
+
+    def _add(self, operand: int, kind: int, param: str | None) -> None:
+        self.key_spec.append((operand, kind))
+        self.key_params.append(param)
+
+    def _plan_wrappers(self, launch: Any, wrappers: list[Any]) -> None:
+        from triton.runtime.autotuner import Autotuner
+
+        for wrapper in wrappers:
+            if not isinstance(wrapper, Autotuner):  # heuristics may read any int: key on every int value
+                for name, value in launch.kwargs.items():
+                    if hasattr(value, "index") and launch.operand_kinds[value.index] == "int":
+                        self._add(value.index, KEY_VALUE, None)
+                continue
+            if any(config.pre_hook is not None for config in wrapper.configs):
+                self.unsupported = "an autotune config has a pre_hook (it runs on every launch)"
+            if len(wrapper.configs) > 1:  # the winning config is a function of the autotune key
+                for name in wrapper.keys:
+                    value = launch.kwargs.get(name)
+                    if hasattr(value, "index"):
+                        if launch.operand_kinds[value.index] != "int":
+                            self.unsupported = f"autotune key '{name}' is not an int argument"
+                        else:
+                            self._add(value.index, KEY_VALUE, None)
+
+
+def make_native_launch(launch: Any) -> Any:
+    """The TritonLaunch of a CUDA launch site; its fallback is the RecordedLaunch itself."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    from trident.runtime import load_runtime
+
+    plan = LaunchPlan(launch, kernel_side_table.get_kernel(launch.kernel_idx))
+    native = load_runtime().TritonLaunch(launch.kernel_name, launch, plan.key_spec)
+    reason = plan.unsupported or _cuda_ready()
+    if reason is not None:
+        native.disable(reason)
+    launch.native, launch.plan = native, plan
+    return native
+
+
+def _operand_key_value(operand: object) -> int:
+    if isinstance(operand, torch.Tensor):
+        return operand.data_ptr()
+    return int(operand)  # type: ignore[call-overload]
+
+
+def _expected_key(plan: LaunchPlan, specialization: Sequence[tuple[str, Any]], param_index: Mapping[str, int],
+                  values: Sequence[int]) -> tuple[int, ...]:
+    """The native key Triton's own specialization of the call implies (see csrc key_of)."""
+    key = []
+    for (operand, kind), param, value in zip(plan.key_spec, plan.key_params, values):
+        if kind == KEY_VALUE or param is None:
+            key.append(value)
+            continue
+        type_name, attribute = specialization[param_index[param]]
+        if kind == KEY_ALIGN:
+            key.append(int(attribute == "D"))
+        elif type_name == "constexpr":
+            key.append(1)
+        else:
+            key.append(2 + 2 * (type_name in ("i64", "u64")) + (attribute == "D"))
+    return tuple(key)
+
+
+def _int_bits(value: int) -> int:
+    """An integer literal as the int64 whose low bytes a parameter slot passes."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _float_bits(value: float, fmt: str) -> int:
+    return _int_bits(int.from_bytes(struct.pack("<" + fmt, value), "little"))
+
+
+def _param_slots(signature: Mapping[str, str], args: Mapping[str, Any], defaults: Mapping[str, Any],
+                 operand_kinds: Sequence[str]) -> list[tuple[int, int]] | str:
+    """(kind, source) per non-constexpr kernel parameter, in order; or why this kernel cannot launch natively."""
+    slots = []
+    for name, type_name in signature.items():
+        if type_name == "constexpr":
+            continue
+        value = args[name] if name in args else defaults.get(name)
+        operand = value.index if hasattr(value, "index") else None
+        if type_name.startswith("*"):
+            if operand is None or operand_kinds[operand] != "tensor":
+                return f"pointer parameter '{name}' is not a tensor operand"
+            slots.append((PARAM_POINTER, operand))
+        elif type_name in _INT_TYPES:
+            if operand is not None:
+                slots.append((PARAM_INT, operand))
+            else:
+                slots.append((PARAM_LITERAL, _int_bits(int(value))))
+        elif type_name in ("fp32", "f32", "fp64"):
+            if operand is not None:
+                slots.append((PARAM_FP32 if type_name != "fp64" else PARAM_FP64, operand))
+            else:
+                slots.append((PARAM_LITERAL, _float_bits(float(value), "f" if type_name != "fp64" else "d")))
+        else:
+            return f"parameter '{name}' of type {type_name}"
+    return slots
+
+
+def _unsupported_metadata(compiled: Any) -> str | None:
+    metadata = compiled.metadata
+    if getattr(metadata, "num_ctas", 1) != 1:
+        return f"num_ctas={metadata.num_ctas} (thread block clusters)"
+    if getattr(metadata, "launch_cooperative_grid", False) or getattr(metadata, "launch_pdl", False):
+        return "a cooperative or programmatic-dependent launch"
+    if getattr(metadata, "global_scratch_size", 0) or getattr(metadata, "profile_scratch_size", 0):
+        return "a global or profile scratch buffer"
+    if getattr(metadata, "tensordesc_meta", None):
+        return "tensor descriptors"
+    return None
+
+
+def launch_arguments(launch: Any, kernel: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """The arguments Triton's JITFunction.run received for the launch that just ran (operands as Operand
+    placeholders, the winning autotune config and heuristics applied), and the index of the config whose
+    recorded grid the launch used."""
+    from triton.runtime.autotuner import Autotuner
+
+    wrappers, _ = kernel_chain(kernel)
+    args = {**launch.kwargs, **launch.constants()}
+    concrete = {**kwargs, **launch.constants()}
+    grid_index = 0
+    for wrapper in wrappers:
+        if isinstance(wrapper, Autotuner):
+            config = wrapper.best_config if len(wrapper.configs) > 1 else wrapper.configs[0]
+            args.update(config.all_kwargs())
+            concrete.update(config.all_kwargs())
+            if wrapper is kernel:
+                grid_index = next(
+                    (i for i, c in enumerate(wrapper.configs) if c.all_kwargs() == config.all_kwargs()), 0
+                )
+        else:
+            for name, heuristic in wrapper.values.items():
+                args[name] = concrete[name] = heuristic(dict(concrete))
+    return args, grid_index
+
+
+def launch_hooks_active() -> bool:
+    """Whether Triton has launch enter/exit hooks (profilers such as proton add them): native launches
+    would bypass them."""
+    from triton import knobs as triton_knobs
+
+    hooks = (triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook)
+    return any(getattr(hook, "calls", hook is not None) for hook in hooks)  # Triton 3.6: HookChain objects
+
+
+def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], operands: Sequence[object]) -> None:
+    """After Triton launched the site's kernel for `operands`, let later launches with the same
+    specialization key go native."""
+    native = getattr(launch, "native", None)
+    if native is None or native.disabled_reason is not None or compiled is None:
+        return
+    if native.variant_count >= MAX_VARIANTS:
+        return
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    if launch_hooks_active():
+        return  # a profiler is listening: keep launching through Triton while it is
+    reason = _unsupported_metadata(compiled)
+    kernel = kernel_side_table.get_kernel(launch.kernel_idx)
+    _, jit = kernel_chain(kernel)
+    if jit.pre_run_hooks:
+        reason = "the kernel has pre-run hooks"
+    if reason is not None:
+        native.disable(reason)
+        return
+    args, grid_index = launch_arguments(launch, kernel, kwargs)
+    defaults = {p.name: p.default for p in jit.params if p.has_default}
+    slots = _param_slots(compiled.src.signature, args, defaults, launch.operand_kinds)
+    if isinstance(slots, str):
+        native.disable(slots)
+        return
+    plan: LaunchPlan = launch.plan
+    values = [_operand_key_value(operands[i]) for i, _ in plan.key_spec]
+    key = native.key(values)
+    device = torch.cuda.current_device()
+    binder = jit.device_caches[device][4]
+    concrete = {name: (operands[v.index] if hasattr(v, "index") else v) for name, v in args.items()}
+    _, specialization, _ = binder(**concrete)
+    param_index = {p.name: i for i, p in enumerate(jit.params)}
+    expected = _expected_key(plan, specialization, param_index, values)
+    if key != expected:
+        native.disable(f"internal: native specialization key {key} differs from Triton's {expected}")
+        log.warning("trident: launches of '%s' stay on Triton's launcher: %s", launch.kernel_name, native.disabled_reason)
+        return
+    grid = [(1, d.index) if hasattr(d, "index") else (0, int(d)) for d in launch.grid[grid_index]]
+    grid += [(0, 1)] * (3 - len(grid))
+    compiled_function = compiled.function
+    native.add_variant(key, compiled_function, 32 * compiled.metadata.num_warps, compiled.metadata.shared, device,
+                       slots, grid)
+    launch.compiled_variants.append(compiled)  # keeps the CUDA module loaded while the variant can run
+
+
+def describe_launch_site(site: Any) -> str:
+    """One explain line for what a launch op of compiled code calls."""
+    if getattr(site, "native", None) is None and hasattr(site, "kernel_idx"):
+        return f"Triton kernel '{site.kernel_name}': CPU tensors, run through Triton's interpreter"
+    if site.disabled_reason is not None:
+        return f"Triton kernel '{site.name}': through Triton's launcher ({site.disabled_reason})"
+    return (
+        f"Triton kernel '{site.name}': launched natively, {site.variant_count} compiled variant(s), "
+        f"{site.native_launches} native launch(es), {site.fallback_launches} through Triton's launcher"
+    )
