@@ -90,6 +90,13 @@ def tuned_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
+@torch.library.triton_op("trident_test::scaled_add", mutates_args={})
+def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    torch.library.wrap_triton(add_kernel)[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+    return out * alpha
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_elementwise_tuple_grid_mixed_with_aten(device: str) -> None:
     @trident.jit
@@ -237,6 +244,20 @@ def test_autotuned_elementwise_meta_grid_over_changing_sizes(device: str) -> Non
     for n in (100, 64, 1, 48, 100, 17):
         x, y = torch.randn(n, device=device), torch.randn(n, device=device)
         torch.testing.assert_close(fn(x, y), x + y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_library_triton_op_is_traced_into(device: str) -> None:
+    @trident.jit
+    def fn(x, y):  # type: ignore[no-untyped-def]
+        return scaled_add(x, y, 0.5) + 1
+
+    x, y = torch.randn(40, device=device), torch.randn(40, device=device)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, y), (x + y) * 0.5 + 1)
+    (spec,) = fn._trident.specializations
+    assert len(spec.compiled.launch_sites) == 1  # the kernel launch itself, not the custom op
+    assert not any("scaled_add" in call for call in spec.compiled.aten_calls)
 
 
 @pytest.mark.gpu

@@ -170,6 +170,34 @@ def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _trace_into_triton_ops() -> None:
+    """Make ops registered with torch.library.triton_op trace into their implementation (its launches become
+    HOP nodes), as torch does only under FunctionalTensorMode. make_fx would otherwise keep the custom op,
+    whose eager implementation launches through Triton's Python launcher on every call (and cannot run on CPU
+    tensors). Registered once per op; outside an intercepting thread the op traces as before."""
+    from torch._library.custom_ops import OPDEFS
+    from torch._library.triton import triton_ops_to_kernels
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+
+    for name in list(triton_ops_to_kernels):
+        opdef = OPDEFS.get(name)
+        if opdef is None or name in _traced_triton_ops:
+            continue
+        implementation = opdef._abstract_fn  # triton_op registers the user's function as the fake kernel
+
+        def trace_into(mode: Any, op: Any, types: Any, args: Any, kwargs: Any, fn: Any = implementation) -> Any:
+            if _interception.owner != threading.get_ident():
+                return mode.__torch_dispatch__(op, types, args, kwargs)
+            with mode:
+                return fn(*args, **kwargs)
+
+        opdef.register_torch_dispatch(ProxyTorchDispatchMode, trace_into)
+        _traced_triton_ops.add(name)
+
+
+_traced_triton_ops: set[str] = set()
+
+
 @contextlib.contextmanager
 def intercept_triton_launches() -> Iterator[None]:
     """While active, `kernel[grid](...)` / `kernel.run(..., grid=...)` in this thread record a
@@ -178,9 +206,11 @@ def intercept_triton_launches() -> Iterator[None]:
     Covers JITFunction, Autotuner and Heuristics kernels. Patches each class's `run` (the single point both
     launch spellings reach) on entry of the outermost block and restores it exactly on exit. Other threads keep
     launching normally; a second thread entering the block waits until the first leaves. Also keeps
-    `exact_mutation_analysis()` active, so a functionalizing trace clones only what kernels store to."""
+    `exact_mutation_analysis()` active, so a functionalizing trace clones only what kernels store to.
+    Ops made with torch.library.triton_op are traced into, so their launches are recorded too."""
     with _lock, exact_mutation_analysis():
         if _interception.depth == 0:
+            _trace_into_triton_ops()
             saved = [(cls, cls.__dict__["run"]) for cls in _launch_classes()]
             for cls, original in saved:
                 cls.run = _make_rerouted_run(original)
@@ -346,10 +376,17 @@ class RecordedLaunch:
         if any(d == 0 for d in grid[0]):
             return
         on_cpu = all(t.device.type == "cpu" for t in kwargs.values() if isinstance(t, torch.Tensor))
-        if on_cpu:
-            run_recorded_launch_on_cpu(self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs)
-            return
-        compiled = self._launch_with_triton(grid, kwargs)
+        try:
+            if on_cpu:
+                run_recorded_launch_on_cpu(
+                    self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs
+                )
+                return
+            compiled = self._launch_with_triton(grid, kwargs)
+        except Exception as e:
+            # Triton's own exception (the one eager raises), with where it came from.
+            e.add_note(f"trident: raised by Triton while launching kernel '{self.kernel_name}' from compiled code")
+            raise
         if self.native is not None:
             from ..runtime.triton_native import register_variant
 
