@@ -122,6 +122,22 @@ def launch_into(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> torch.Te
     return out
 
 
+def ten_launches_into(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Ten launches, no allocation: (this - launch_into) / 9 is the cost of one more launch inside the SCM."""
+    for _ in range(10):
+        add_kernel[(1,)](x, y, out, N, BLOCK=BLOCK)
+    return out
+
+
+def entry_only(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """No work: the cost of entering the SCM, checking the guards on three tensors and returning."""
+    return out
+
+
+def allocate(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 def ten_launches(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     out = x
     for _ in range(10):
@@ -171,7 +187,19 @@ def main() -> None:
         torch.testing.assert_close(jitted10(x, y), x + 10 * y, rtol=1e-4, atol=1e-4)
         results["eager 10-kernel function"] = per_call_us(lambda: ten_launches(x, y), calls // 10)
         results["trident.jit 10-kernel function"] = per_call_us(lambda: jitted10(x, y), calls // 10)
-        print("\n" + trident.explain(jitted_into) + "\n")
+        # Where the time goes: entry + guards, one allocation, one more launch inside the SCM.
+        jitted_entry = trident.jit(entry_only)
+        assert jitted_entry(x, y, out) is out
+        results["breakdown: trident entry + guards only"] = per_call_us(lambda: jitted_entry(x, y, out), calls)
+        jitted_alloc = trident.jit(allocate)
+        jitted_alloc(x)
+        results["breakdown: trident empty_like only"] = per_call_us(lambda: jitted_alloc(x), calls)
+        results["breakdown: eager torch.empty_like"] = per_call_us(lambda: torch.empty_like(x), calls)
+        jitted_into10 = trident.jit(ten_launches_into)
+        torch.testing.assert_close(jitted_into10(x, y, out), x + y)
+        into10 = per_call_us(lambda: jitted_into10(x, y, out), calls // 10)
+        results["breakdown: trident one more launch"] = (into10 - results["trident.jit(launch into out)"]) / 9
+        print("\n" + trident.explain(jitted_into) + "\n" + trident.explain(jitted10) + "\n")
 
     floor = results["cuLaunchKernel C loop (floor)"]
     info = {

@@ -17,7 +17,7 @@ a replay of an earlier example of the same program (old inputs must still be rou
 more general specializations were added).
 
 Budget
-  CI default: EXAMPLES_PER_PROGRAM_CI examples per program (7 programs, about 3 * 7 * 40 jitted calls;
+  CI default: EXAMPLES_PER_PROGRAM_CI examples per program (8 programs, about 3 * 8 * 40 jitted calls;
   well under 60 s on 2 cores).
   TRIDENT_FUZZ_EXAMPLES=N: N hypothesis examples in total, split evenly over the programs, so about 3 * N
   jitted calls; e.g. 10,000+ calls:
@@ -41,6 +41,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -51,7 +53,8 @@ EXAMPLES_PER_PROGRAM_CI = 40
 _TOTAL = int(os.environ.get("TRIDENT_FUZZ_EXAMPLES", "0") or 0)
 
 # --------------------------------------------------------------------------------------------------------
-# The programs (ATen only). Each is jitted once; every example of its test calls that one object.
+# The programs (ATen, and one launching a Triton kernel). Each is jitted once; every example of its test
+# calls that one object.
 
 
 def pointwise(x, y, alpha: float = 1.0, *, beta: int = 2):  # type: ignore[no-untyped-def]
@@ -96,9 +99,32 @@ def setitem(x, k: int, v: float):  # type: ignore[no-untyped-def]
     return x.sum(0), x[k]
 
 
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def triton_axpy(x, y, alpha: float, k: int = 0):  # type: ignore[no-untyped-def]
+    # Flat views at a drawn element offset: pointers that are 16-byte aligned or not, sizes that are 0, 1,
+    # multiples of 16 or not, all inside specializations made dynamic by earlier calls.
+    # The kernel indexes memory linearly, so both inputs are made dense first (an expanded y has stride 0).
+    xs, ys = x.reshape(-1).contiguous()[k:], y.reshape(-1).contiguous()[k:]
+    out = torch.empty(xs.shape, dtype=xs.dtype)
+    axpy_kernel[(triton.cdiv(xs.numel(), 16),)](xs, ys, out, xs.numel(), alpha, BLOCK=16)
+    return out
+
+
+def triton_axpy_reference(x, y, alpha: float, k: int = 0):  # type: ignore[no-untyped-def]
+    """What axpy_kernel computes, in torch: eager cannot launch a Triton kernel on CPU tensors."""
+    return x.reshape(-1)[k:] * alpha + y.reshape(-1)[k:]
+
+
 PROGRAMS: dict[str, Callable[..., object]] = {
-    f.__name__: f for f in (pointwise, reduction, matmul, views, inplace, scalars, setitem)
+    f.__name__: f for f in (pointwise, reduction, matmul, views, inplace, scalars, setitem, triton_axpy)
 }
+EAGER = {**PROGRAMS, "triton_axpy": triton_axpy_reference}
 JITTED = {name: trident.jit(f) for name, f in PROGRAMS.items()}
 HISTORY: dict[str, list[Call]] = {name: [] for name in PROGRAMS}
 CALLS: dict[str, int] = {name: 0 for name in PROGRAMS}
@@ -291,7 +317,7 @@ def check_call(call: Call) -> None:
     eager_args, eager_kwargs, eager_inputs = call.materialize()
     jit_args, jit_kwargs, jit_inputs = call.materialize()
     with call.mode_context():
-        expected = outcome(PROGRAMS[call.program], eager_args, eager_kwargs)
+        expected = outcome(EAGER[call.program], eager_args, eager_kwargs)
     with call.mode_context():
         actual = outcome(jitted, jit_args, jit_kwargs)
     CALLS[call.program] += 1
@@ -456,6 +482,22 @@ def setitem_calls(draw):  # type: ignore[no-untyped-def]
 @FUZZ
 @given(setitem_calls(), replays)
 def test_fuzz_setitem(call: Call, replay: int) -> None:
+    fuzz(call, replay)
+
+
+@st.composite
+def triton_axpy_calls(draw):  # type: ignore[no-untyped-def]
+    # No requires_grad: such a call runs eagerly, and eagerly Triton cannot launch on CPU tensors (it raises,
+    # as plain eager does), while the reference here computes the result with torch.
+    x = dataclasses.replace(draw(tensors(dtypes=(torch.float32,))), requires_grad=False)
+    y = dataclasses.replace(draw(tensors(shape=x.shape, dtypes=(torch.float32,))), requires_grad=False)
+    k = draw(st.integers(0, max(1, math.prod(x.shape))))
+    return draw(call_of("triton_axpy", {"x": x, "y": y, "alpha": draw(floats), "k": k}))
+
+
+@FUZZ
+@given(triton_axpy_calls(), replays)
+def test_fuzz_triton_axpy(call: Call, replay: int) -> None:
     fuzz(call, replay)
 
 
