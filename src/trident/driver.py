@@ -143,6 +143,12 @@ class JitFunction:
                     "Trident compiles plain strided torch.Tensor / nn.Parameter arguments (not subclasses, "
                     "sparse or meta tensors), so calls with it run eagerly"
                 )
+        for leaf in facts.leaves:
+            if leaf.kind is LeafKind.INT and not -(2**63) <= leaf.value < 2**63:  # type: ignore[operator]
+                return (
+                    f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
+                    "so calls with such ints run eagerly"
+                )
         if torch.is_grad_enabled():
             if self._constants_require_grad:
                 return self._constants_require_grad

@@ -13,7 +13,9 @@ def lowered(expr: sympy.Basic) -> str:
     module = ModuleBuilder()
     fb = FunctionBuilder(module, "f", [("%s0", "i64"), ("%s1", "i64")], I32, fail_value=0)
     s0, s1 = sympy.symbols("s0 s1", integer=True)
-    fb.check(SymbolicIntLowering(fb, {s0: "%s0", s1: "%s1"}).bool_expr(expr))
+    # As in guards: an expression that overflows or divides by zero fails the check.
+    symbolic = SymbolicIntLowering(fb, {s0: "%s0", s1: "%s1"}, lambda ok, kind, message: fb.check(ok))
+    fb.check(symbolic.bool_expr(expr))
     fb.ret(fb.const(1, I32))
     fb.finish()
     return module.text()
@@ -42,8 +44,28 @@ def test_conjunction_of_bounds() -> None:
         text,
         """
         CHECK-DAG: arith.cmpi sge, %s0
-        CHECK-DAG: arith.muli
+        CHECK-DAG: "llvm.intr.smul.with.overflow"
         CHECK-DAG: arith.cmpi slt, %s1
         CHECK: arith.andi {{.*}} : i1
+        """,
+    )
+
+
+def test_division_checks_its_divisor_and_sums_check_overflow_before_the_value_is_used() -> None:
+    s0, s1 = sympy.symbols("s0 s1", integer=True)
+    text = lowered(sympy.Eq(FloorDiv(s0, s1) + s1, 2))
+    filecheck(
+        text,
+        """
+        CHECK: %[[NZ:.*]] = arith.cmpi ne, %s1, %[[C0:.*]] : i64
+        CHECK: cf.cond_br %[[NZ]], {{.*}}, ^fail
+        CHECK: arith.cmpi eq, %s0, %[[MIN:.*]] : i64
+        CHECK: cf.cond_br
+        CHECK: %[[Q:.*]] = arith.floordivsi %s0, %s1 : i64
+        CHECK: %[[PAIR:.*]] = "llvm.intr.sadd.with.overflow"({{.*}}%[[Q]]{{.*}})
+        CHECK: %[[OVERFLOW:.*]] = llvm.extractvalue %[[PAIR]][1]
+        CHECK: arith.xori %[[OVERFLOW]]
+        CHECK: cf.cond_br {{.*}}, ^fail
+        CHECK: arith.cmpi eq
         """,
     )

@@ -26,7 +26,8 @@ Budget
   The CI run is derandomized (same examples every run); a TRIDENT_FUZZ_EXAMPLES run is random.
 
 Known Trident bugs are kept out of the drawn domain, each where it is drawn, and reproduced minimally by the
-strict-xfail tests at the bottom of this file: ints stay within int32 and are never bools; no 0-dim x for
+strict-xfail tests at the bottom of this file: ints stay within int32 and are never bools (ints beyond
+int64 and int64 overflow have their own tests there); no 0-dim x for
 slicing, no view(-1) of strides it cannot flatten and no amax over an empty dim (capture-time errors);
 matmul gets no inference mode, no requires_grad under no_grad and no empty dims with mixed dtypes; setitem
 gets no value beyond its tensor's dtype range.
@@ -544,27 +545,34 @@ def _eager_and_jitted(fn: Callable[..., object], *calls: tuple[object, ...]) -> 
             assert_same_value(actual[1], expected[1], [], [], "result")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an int argument outside int64 fails to compile (LoweringError) instead of running as eager does. "
-    "As a constant it reaches torch-mlir's importer, which cannot make a 64-bit IntegerAttr (std::bad_cast "
-    "at stage 'import', lowering/pipeline.py); once the int is symbolic, the native int reader refuses it "
-    "(csrc/values.cpp: PyLong_AsLongLongAndOverflow -> not an int), so the fresh specialization rejects the "
-    "very call it was compiled for: driver.on_miss raises 'internal error ... does not accept it (None)'. "
-    "capture/inputs.classify should not treat such ints as INT leaves (identity/eager instead)."))
-@pytest.mark.parametrize("calls", [[2**63], [2, 3, 2**63]], ids=["constant", "symbolic"])
+# An int argument outside int64 (once as the first call, once after n became symbolic) runs eagerly.
+@pytest.mark.parametrize("calls", [[2**63], [2, 3, 2**63, -(2**70), 4]], ids=["constant", "symbolic"])
 def test_int_argument_outside_int64(calls: list[int]) -> None:
     x = torch.ones(2)
     _eager_and_jitted(lambda x, n: x * n, *[(x, n) for n in calls])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: int results computed from symbolic ints wrap around at 64 bits where Python ints do not: "
-    "x.shape[0] * n with n = 2**62 and 4 rows returns 0 instead of 2**64 (silently wrong). The host "
-    "program's int arithmetic (lowering/lower_host_program.py, arith muli/addi) has no overflow check; "
-    "it should fall back (or the guards should bound the symbols)."))
-def test_symbolic_int_result_overflow() -> None:
+def test_symbolic_int_overflow_raises_instead_of_wrapping() -> None:
+    """Python ints grow where the compiled int64 arithmetic cannot: x.shape[0] * n with n = 2**62 and 4 rows
+    is 2**64. The compiled code must not wrap to 0; it raises OverflowError naming the operation."""
+    f = trident.jit(lambda x, n: x.shape[0] * n)
     x = torch.ones(4)
-    _eager_and_jitted(lambda x, n: x.shape[0] * n, (x, 2), (x, 3), (x, 2**62))
+    assert (f(x, 2), f(x, 3)) == (8, 12)  # n is symbolic from the second call on
+    with pytest.raises(OverflowError, match="mul.int: integer result does not fit in 64 bits"):
+        f(x, 2**62)
+    assert f(x, 5) == 20  # still usable
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, n: x.shape[0] // n,
+    lambda x, n: x.shape[0] % n,
+    lambda x, n: torch.zeros(x.shape[0] // n),
+], ids=["floordiv", "remainder", "size-from-floordiv"])
+def test_symbolic_int_division_by_zero_raises_like_eager(fn: Callable[..., object]) -> None:
+    """A division by zero in compiled int64 arithmetic traps (SIGFPE would kill the process); it must raise
+    ZeroDivisionError as eager does, and leave the function usable."""
+    x = torch.ones(6)
+    _eager_and_jitted(fn, (x, 2), (x, 3), (x, 0), (x, 4), (x, -(2**63)))
 
 
 # A bool argument used as a number (the importer wraps it in aten.Int.bool).

@@ -28,6 +28,7 @@ from trident.runtime import RuntimeBuildError, build, load_runtime, runtime_libr
 TAG_NONE, TAG_TENSOR, TAG_INT, TAG_DOUBLE, TAG_BOOL = 0, 1, 2, 3, 4
 TAG_INT_LIST, TAG_TENSOR_LIST, TAG_OPT_TENSOR_LIST, TAG_STRING, TAG_DEVICE = 5, 6, 7, 8, 9
 EXC_RUNTIME, EXC_INDEX, EXC_VALUE, EXC_TYPE, EXC_NOT_IMPLEMENTED = 0, 1, 2, 3, 4
+EXC_ZERO_DIVISION, EXC_OVERFLOW = 6, 7
 
 
 class TensorMeta(ctypes.Structure):
@@ -335,6 +336,8 @@ def test_structural_key(rt: types.ModuleType) -> None:
         (EXC_VALUE, ValueError),
         (EXC_TYPE, TypeError),
         (EXC_NOT_IMPLEMENTED, NotImplementedError),
+        (EXC_ZERO_DIVISION, ZeroDivisionError),
+        (EXC_OVERFLOW, OverflowError),
     ],
 )
 def test_run_failure_raises_the_reported_kind(

@@ -48,6 +48,8 @@ PyObject* trident::raise_last_error() {
     case TRIDENT_EXC_TYPE: type = PyExc_TypeError; break;
     case TRIDENT_EXC_NOT_IMPLEMENTED: type = PyExc_NotImplementedError; break;
     case TRIDENT_EXC_KERNEL_LAUNCH: type = trident::kernel_launch_error_type(); break;
+    case TRIDENT_EXC_ZERO_DIVISION: type = PyExc_ZeroDivisionError; break;
+    case TRIDENT_EXC_OVERFLOW: type = PyExc_OverflowError; break;
     default: break;  // TRIDENT_EXC_RUNTIME and unknown kinds
   }
   // An empty message would give a bare "RuntimeError" that says nothing about where it came from.

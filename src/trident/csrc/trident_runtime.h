@@ -200,6 +200,8 @@ TRIDENT_API int32_t trident_triton_launch(PyObject* launch, const int64_t* args,
 #define TRIDENT_EXC_TYPE 3
 #define TRIDENT_EXC_NOT_IMPLEMENTED 4
 #define TRIDENT_EXC_KERNEL_LAUNCH 5 /* trident.exc.KernelLaunchError */
+#define TRIDENT_EXC_ZERO_DIVISION 6 /* integer // or % by zero in the host program, as Python raises */
+#define TRIDENT_EXC_OVERFLOW 7      /* host-program int arithmetic beyond int64 (Python ints would grow) */
 /* The message of this thread's last failure (valid until the next failure on this thread). */
 TRIDENT_API const char* trident_last_error(void);
 TRIDENT_API int32_t trident_last_error_kind(void);

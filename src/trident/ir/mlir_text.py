@@ -162,6 +162,15 @@ class FunctionBuilder:
         self.emit(f"{name} = arith.{op} {a}, {b} : {type_}")
         return name
 
+    def with_overflow(self, op: str, a: str, b: str) -> tuple[str, str]:
+        """i64 `op` (sadd, ssub, smul) and whether it overflowed (i1), through LLVM's overflow intrinsics."""
+        pair, value, overflow = self.fresh("pair"), self.fresh(), self.fresh("overflow")
+        struct_type = "!llvm.struct<(i64, i1)>"
+        self.emit(f'{pair} = "llvm.intr.{op}.with.overflow"({a}, {b}) : (i64, i64) -> {struct_type}')
+        self.emit(f"{value} = llvm.extractvalue {pair}[0] : {struct_type}")
+        self.emit(f"{overflow} = llvm.extractvalue {pair}[1] : {struct_type}")
+        return value, overflow
+
     def cmp(self, predicate: str, a: str, b: str, type_: str = I64) -> str:
         name = self.fresh("ok")
         self.emit(f"{name} = arith.cmpi {predicate}, {a}, {b} : {type_}")
@@ -179,7 +188,11 @@ class FunctionBuilder:
         """Continue if `condition` (i1) holds, else jump to the failure block."""
         ok = self.label("ok")
         self.emit(f"cf.cond_br {condition}, {ok}, ^fail")
-        self._body.append(f"  {ok}:")
+        self.emit_label(ok)
+
+    def emit_label(self, label: str) -> None:
+        """Start the block `label` (from label()); the previous block must have ended with a branch."""
+        self._body.append(f"  {label}:")
 
     def check_nonzero(self, value: str, type_: str = I32) -> None:
         self.check(self.cmp("ne", value, self.const(0, type_), type_))

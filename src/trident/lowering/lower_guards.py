@@ -96,7 +96,8 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     env: dict[sympy.Symbol, str] = {}
     for b in guards.bindings:
         env[b.symbol] = read_property(b.path, b.prop, b.dim)
-    symbolic = SymbolicIntLowering(fb, env)
+    # An expression that overflows or divides by zero for these inputs cannot prove the guard: a miss.
+    symbolic = SymbolicIntLowering(fb, env, lambda ok, kind, message: fb.check(ok))
     conditions = [
         fb.cmp("eq", read_property(pg.path, pg.prop, pg.dim), symbolic.int_expr(pg.expr)) for pg in guards.properties
     ]

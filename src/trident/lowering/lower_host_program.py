@@ -23,10 +23,10 @@ from .. import exc
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX
-from ..ir.mlir_text import F64, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
+from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
-from .symbolic_ints import python_mod
+from .symbolic_ints import checked_int_op
 from ..runtime.triton_native import make_native_launch
 from ..runtime.typed_ops import typed_symbol
 
@@ -65,9 +65,13 @@ class _Lowered:
     pyobject: str | None = None  # for inputs: the argument's PyObject*, to return it as itself
 
 
-_INT_BINARY = {
+_INT_BINARY = {"torch.prim.max.int": "maxsi", "torch.prim.min.int": "minsi"}
+_INT_CHECKED = {  # can overflow or divide by zero: checked_int_op raises as Python would instead of wrapping
     "torch.aten.add.int": "addi", "torch.aten.sub.int": "subi", "torch.aten.mul.int": "muli",
-    "torch.prim.max.int": "maxsi", "torch.prim.min.int": "minsi",
+    "torch.aten.floordiv.int": "floordivsi", "torch.aten.remainder.int": "mod",
+    # torch-mlir's importer names Python's `%` on SymInts aten.fmod (PY_BUILTIN_TO_TORCH_OP); ATen has no
+    # fmod.int, so this op only ever means operator.mod: Python's sign rule, not C's.
+    "torch.aten.fmod.int": "mod",
 }  # fmt: skip
 _INT_COMPARE = {
     "torch.aten.eq.int": "eq", "torch.aten.ne.int": "ne", "torch.aten.lt.int": "slt",
@@ -75,7 +79,8 @@ _INT_COMPARE = {
 }  # fmt: skip
 
 
-_UNMODELED_METADATA_OPS = frozenset({"torch.aten.stride.int", "torch.aten.size.int"})
+# Int ops torch-mlir does not model (it imports them as torch.operator) that are lowered natively here.
+_UNMODELED_INT_OPS = frozenset({"torch.aten.stride.int", "torch.aten.size.int", "torch.aten.fmod.int"})
 
 
 def _operator_name(op: ir.Operation) -> str:
@@ -170,7 +175,7 @@ class HostProgramLowering:
     # -- ops ------------------------------------------------------------------------------------------------
     def _lower(self, op: ir.Operation) -> None:
         name = op.name
-        if name == "torch.operator" and _operator_name(op) in _UNMODELED_METADATA_OPS:
+        if name == "torch.operator" and _operator_name(op) in _UNMODELED_INT_OPS:
             name = _operator_name(op)  # torch-mlir does not model it (e.g. aten.stride.int), but we do
         fb = self.fb
         if name.startswith("torch.constant."):
@@ -192,14 +197,13 @@ class HostProgramLowering:
             # The importer wraps a bool used as a number (x * flag); it stays a bool-kinded Scalar so the
             # operator sees what eager passes (a bool Scalar: bool tensor * True stays bool).
             self.values[op.results[0]] = _Lowered("bool", self.values[op.operands[0]].ssa)
-        elif name == "torch.aten.floordiv.int":
+        elif name in _INT_CHECKED:
             a, b = (self._int(v) for v in op.operands)
-            self.values[op.results[0]] = _Lowered("int", fb.binary("floordivsi", a, b))
-        elif name == "torch.aten.remainder.int":
-            a, b = (self._int(v) for v in op.operands)
-            self.values[op.results[0]] = _Lowered("int", python_mod(fb, a, b))
+            value = checked_int_op(fb, _INT_CHECKED[name], a, b, self._raise_unless, name.removeprefix("torch."))
+            self.values[op.results[0]] = _Lowered("int", value)
         elif name == "torch.aten.neg.int":
-            self.values[op.results[0]] = _Lowered("int", fb.binary("subi", fb.const(0), self._int(op.operands[0])))
+            value = checked_int_op(fb, "subi", fb.const(0), self._int(op.operands[0]), self._raise_unless, "aten.neg.int")
+            self.values[op.results[0]] = _Lowered("int", value)
         elif name in _INT_COMPARE:
             a, b = (self._int(v) for v in op.operands)
             flag = fb.cmp(_INT_COMPARE[name], a, b)
@@ -251,6 +255,16 @@ class HostProgramLowering:
         if kind == "device":
             return _Lowered("device", fb.const(_device_code(ir.StringAttr(attr).value)))
         raise exc.LoweringError(f"unsupported constant {op.name}")
+
+    def _raise_unless(self, ok: str, kind: int, message: str) -> None:
+        """Continue if `ok` (i1), else report `kind` (a TRIDENT_EXC_*) with `message` and fail the run."""
+        fb = self.fb
+        error, cont = fb.label("error"), fb.label("ok")
+        fb.emit(f"cf.cond_br {ok}, {cont}, {error}")
+        fb.emit_label(error)
+        fb.call(abi.SET_ERROR, [fb.const(kind, I32), fb.string_ptr(message)])
+        fb.emit("cf.br ^fail")
+        fb.emit_label(cont)
 
     def _int(self, value: ir.Value) -> str:
         lowered = self.values[value]

@@ -56,6 +56,7 @@ SCALAR_TENSOR = Extern("trident_scalar_tensor", (I64, I64, PTR), I32)
 PYTHON_CALL = Extern("trident_python_call", (PTR, PTR, I64), I32)
 TRITON_LAUNCH = Extern("trident_triton_launch", (PTR, PTR, I64), I32)
 TENSOR_DELETE = Extern("trident_tensor_delete", (PTR,), None)
+SET_ERROR = Extern("trident_set_error", (I32, PTR), None)
 
 WRAP_TENSOR = Extern("trident_wrap_tensor", (PTR,), PTR)
 NEW_REF = Extern("trident_new_ref", (PTR,), PTR)
@@ -65,6 +66,10 @@ BOX_BOOL = Extern("trident_box_bool", (I64,), PTR)
 SEQUENCE_NEW = Extern("trident_sequence_new", (I64, I64), PTR)
 SEQUENCE_SET = Extern("trident_sequence_set", (PTR, I64, PTR), None)
 DECREF = Extern("trident_decref", (PTR,), None)
+
+# trident_runtime.h TRIDENT_EXC_* kinds raised by generated code itself
+EXC_ZERO_DIVISION = 6
+EXC_OVERFLOW = 7
 
 GUARD_RESULT = I32
 RUN_RESULT = I32

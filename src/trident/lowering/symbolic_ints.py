@@ -1,19 +1,49 @@
-"""Lowering symbolic integer expressions (sympy, from the ShapeEnv) to arith on i64.
+"""Lowering symbolic integer expressions (sympy, from the ShapeEnv) to arith on i64, and checked i64 arithmetic.
 
-Semantics follow Python ints: FloorDiv rounds toward -inf, Mod takes the divisor's sign."""
+Semantics follow Python ints: FloorDiv rounds toward -inf, Mod takes the divisor's sign. Python ints never
+wrap and `//` or `%` by zero raises, while i64 arithmetic wraps silently and a division by zero traps
+(SIGFPE kills the process). So every operation that can go wrong reports its condition to the caller's
+`fail_unless(ok, kind, message)`: guards turn a failure into a miss, the host program into Python's
+exception (ZeroDivisionError) or OverflowError, never into a wrong value or a crash."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import sympy
 from torch.utils._sympy import functions as torch_sympy
 
 from .. import exc
 from ..ir.mlir_text import I1, I64, FunctionBuilder
+from . import runtime_abi as abi
+
+FailUnless = Callable[[str, int, str], None]  # (ok: i1 SSA value, TRIDENT_EXC_* kind, message)
+
+_OVERFLOW_INTRINSIC = {"addi": "sadd", "subi": "ssub", "muli": "smul"}
+INT64_MIN = -(2**63)
+
+
+def checked_int_op(fb: FunctionBuilder, op: str, a: str, b: str, fail_unless: FailUnless, what: str) -> str:
+    """a `op` b on i64 for op in addi/subi/muli/floordivsi/divsi/mod, failing where Python would not wrap."""
+    if op in _OVERFLOW_INTRINSIC:
+        value, overflow = fb.with_overflow(_OVERFLOW_INTRINSIC[op], a, b)
+        fail_unless(fb.binary("xori", overflow, fb.const(True, I1), I1), abi.EXC_OVERFLOW,
+                    f"{what}: integer result does not fit in 64 bits (compiled code computes ints as int64)")
+        return value
+    fail_unless(fb.cmp("ne", b, fb.const(0)), abi.EXC_ZERO_DIVISION, "integer division or modulo by zero")
+    # INT64_MIN // -1 is the one quotient that does not fit (and traps like a division by zero).
+    wraps = fb.binary("andi", fb.cmp("eq", a, fb.const(INT64_MIN)), fb.cmp("eq", b, fb.const(-1)), I1)
+    fail_unless(fb.binary("xori", wraps, fb.const(True, I1), I1), abi.EXC_OVERFLOW,
+                f"{what}: integer result does not fit in 64 bits (compiled code computes ints as int64)")
+    if op == "mod":
+        return python_mod(fb, a, b)
+    return fb.binary(op, a, b)
 
 
 class SymbolicIntLowering:
-    def __init__(self, fb: FunctionBuilder, env: dict[sympy.Symbol, str]) -> None:
+    def __init__(self, fb: FunctionBuilder, env: dict[sympy.Symbol, str], fail_unless: FailUnless) -> None:
         self.fb = fb
         self.env = env  # symbol -> i64 SSA value
+        self.fail_unless = fail_unless
         # Lowered subexpressions: sympy does not share them (triton.next_power_of_2 of a size is a tree
         # that repeats each level), so without this the emitted code would grow exponentially.
         self._lowered: dict[sympy.Basic, str] = {}
@@ -32,15 +62,14 @@ class SymbolicIntLowering:
                 raise exc.LoweringError(f"symbol {expr} is not bound to any input property")
             return self.env[expr]
         if isinstance(expr, sympy.Add):
-            return self._fold("addi", [self.int_expr(a) for a in expr.args])
+            return self._fold_checked("addi", [self.int_expr(a) for a in expr.args], expr)
         if isinstance(expr, sympy.Mul):
-            return self._fold("muli", [self.int_expr(a) for a in expr.args])
-        if isinstance(expr, torch_sympy.FloorDiv):
-            return fb.binary("floordivsi", self.int_expr(expr.args[0]), self.int_expr(expr.args[1]))
-        if isinstance(expr, (torch_sympy.CleanDiv,)):
-            return fb.binary("divsi", self.int_expr(expr.args[0]), self.int_expr(expr.args[1]))
-        if isinstance(expr, (torch_sympy.PythonMod, torch_sympy.Mod, sympy.Mod)):
-            return python_mod(fb, self.int_expr(expr.args[0]), self.int_expr(expr.args[1]))
+            return self._fold_checked("muli", [self.int_expr(a) for a in expr.args], expr)
+        division = {torch_sympy.FloorDiv: "floordivsi", torch_sympy.CleanDiv: "divsi", torch_sympy.PythonMod: "mod",
+                    torch_sympy.Mod: "mod", sympy.Mod: "mod"}  # fmt: skip
+        if type(expr) in division:
+            a, b = self.int_expr(expr.args[0]), self.int_expr(expr.args[1])
+            return checked_int_op(fb, division[type(expr)], a, b, self.fail_unless, str(expr))
         if isinstance(expr, (sympy.Max, torch_sympy.Max)):
             return self._fold("maxsi", [self.int_expr(a) for a in expr.args])
         if isinstance(expr, (sympy.Min, torch_sympy.Min)):
@@ -52,7 +81,7 @@ class SymbolicIntLowering:
             return fb.binary(bitwise[type(expr)], self.int_expr(expr.args[0]), self.int_expr(expr.args[1]))
         if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and 0 < int(expr.exp) <= 8:
             base = self.int_expr(expr.base)
-            return self._fold("muli", [base] * int(expr.exp))
+            return self._fold_checked("muli", [base] * int(expr.exp), expr)
         raise exc.LoweringError(f"cannot lower symbolic integer expression {expr} ({type(expr).__name__})")
 
     def bool_expr(self, expr: sympy.Basic) -> str:
@@ -76,6 +105,12 @@ class SymbolicIntLowering:
             return fb.binary("xori", self.bool_expr(expr.args[0]), fb.const(True, I1), I1)
         raise exc.LoweringError(f"cannot lower symbolic condition {expr} ({type(expr).__name__})")
 
+    def _fold_checked(self, op: str, values: list[str], expr: sympy.Basic) -> str:
+        result = values[0]
+        for v in values[1:]:
+            result = checked_int_op(self.fb, op, result, v, self.fail_unless, str(expr))
+        return result
+
     def _fold(self, op: str, values: list[str], type_: str = I64) -> str:
         result = values[0]
         for v in values[1:]:
@@ -84,6 +119,7 @@ class SymbolicIntLowering:
 
 
 def python_mod(fb: FunctionBuilder, a: str, b: str) -> str:
-    """a % b with Python's sign rule: a - floordiv(a, b) * b."""
+    """a % b with Python's sign rule: a - floordiv(a, b) * b, for b != 0 and not (INT64_MIN, -1). The product
+    may wrap, but the difference fits (it lies in [0, b) or (b, 0]), and wrapping arithmetic gets it right."""
     q = fb.binary("floordivsi", a, b)
     return fb.binary("subi", a, fb.binary("muli", q, b))
