@@ -188,7 +188,16 @@ class JitFunction:
         global _compile_count
         self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
         start = time.perf_counter()
-        trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+        try:
+            trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+        except exc.TridentError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
+            # Capture runs torch's meta functions and decompositions on fake tensors, not eager's kernels: the
+            # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
+            # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.
+            self.eager_reason = f"capturing '{self.name}' raised {type(e).__name__}; the call ran eagerly"
+            return None
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
             # Remembered, so later calls with grad on run eagerly without tracing again.
             self._constants_require_grad = self.eager_reason = (

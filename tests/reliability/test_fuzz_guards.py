@@ -26,11 +26,9 @@ Budget
   The CI run is derandomized (same examples every run); a TRIDENT_FUZZ_EXAMPLES run is random.
 
 Known Trident bugs are kept out of the drawn domain, each where it is drawn, and reproduced minimally by the
-strict-xfail tests at the bottom of this file: ints stay within int32 and are never bools (ints beyond
-int64 and int64 overflow have their own tests there); no 0-dim x for
-slicing, no view(-1) of strides it cannot flatten and no amax over an empty dim (capture-time errors);
-matmul gets no inference mode, no requires_grad under no_grad and no empty dims with mixed dtypes; setitem
-gets no value beyond its tensor's dtype range.
+strict-xfail tests at the bottom of this file (with the fixed ones as plain tests): ints stay within int32
+and are never bools; matmul gets no inference mode and no requires_grad under no_grad; setitem gets no
+value beyond its tensor's dtype range.
 """
 from __future__ import annotations
 
@@ -397,12 +395,10 @@ def test_fuzz_reduction(call: Call, replay: int) -> None:
 def matmul_calls(draw):  # type: ignore[no-untyped-def]
     dtype = draw(st.sampled_from(DTYPES))
     b_dtype = dtype if draw(st.integers(0, 7)) else draw(st.sampled_from(DTYPES))  # mostly matching dtypes
-    # mixed dtypes with an empty dim: a known bug (xfail test below)
-    dims = sizes if b_dtype == dtype else sizes.filter(lambda s: s > 0)
-    n, k, m, batch = draw(dims), draw(dims), draw(dims), draw(dims)
+    n, k, m, batch = draw(sizes), draw(sizes), draw(sizes), draw(sizes)
     a_rank, b_rank = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     a_shape = {1: (k,), 2: (n, k), 3: (batch, n, k)}[a_rank]
-    b_k = k if draw(st.integers(0, 7)) else draw(dims)  # mostly matching inner dims
+    b_k = k if draw(st.integers(0, 7)) else draw(sizes)  # mostly matching inner dims
     b_shape = {1: (b_k,), 2: (b_k, m), 3: (batch, b_k, m)}[b_rank]
     a = draw(tensors(shape=a_shape, dtypes=(dtype,)))
     b = draw(tensors(shape=b_shape, dtypes=(b_dtype,)))
@@ -422,18 +418,9 @@ def test_fuzz_matmul(call: Call, replay: int) -> None:
 
 @st.composite
 def views_calls(draw):  # type: ignore[no-untyped-def]
-    x = draw(tensors(min_rank=1))  # a 0-dim x raises a different exception type: see the xfail tests
-    # view(-1) of strides it cannot flatten raises another exception type than eager: see the xfail tests
-    flat = draw(st.booleans()) and viewable(x.make())
-    return draw(call_of("views", {"x": x, "start": draw(ints), "stop": draw(ints), "flat": flat}))
-
-
-def viewable(t: torch.Tensor) -> bool:
-    try:
-        t.view(-1)
-    except RuntimeError:
-        return False
-    return True
+    # 0-dim x and view(-1) of strides it cannot flatten fail during capture: those calls run eagerly.
+    x = draw(tensors())
+    return draw(call_of("views", {"x": x, "start": draw(ints), "stop": draw(ints), "flat": draw(st.booleans())}))
 
 
 @FUZZ
@@ -581,13 +568,8 @@ def test_bool_argument_used_as_a_number() -> None:
     _eager_and_jitted(lambda x, flag: x * flag, (torch.tensor([True, False]), True))  # stays bool, as eager
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an operator error raised while capturing comes from torch's fake-tensor decompositions / meta "
-    "functions, not from eager's kernels, and is passed on as is (driver.on_miss -> _compile -> "
-    "capture/trace.trace_function): its type can differ (eager raises IndexError via TORCH_CHECK_INDEX where "
-    "torch/_decomp slice_forward and torch/_refs amax raise RuntimeError), and a call eager accepts can raise "
-    "(CPU bmm with an empty inner dim and mixed dtypes). Running the function eagerly when capture raises "
-    "would give eager's result or exception (and eager's partial in-place effects)."))
+# An operator error raised while capturing comes from torch's meta functions / decompositions, not from
+# eager's kernels: its type can differ, or a call eager accepts can fail. Such a call runs eagerly.
 @pytest.mark.parametrize("fn, args", [
     (lambda x: x[0:1], (torch.tensor(1.0),)),  # slice of a 0-dim tensor
     (lambda x: x.amax(0), (torch.ones(0),)),  # reduction without identity over an empty dim
@@ -625,17 +607,19 @@ def test_inference_mode_traces_eagers_matmul() -> None:
     assert_same_value(actual, expected, [a, b], [a, b], "result")
 
 
-@pytest.mark.xfail(strict=True, reason=(
+_SETITEM_BUG = pytest.mark.xfail(strict=True, reason=(
     "BUG: `x[k] = v` with a symbolic int k (after automatic dynamic) is captured as x.select(0, k).fill_(v) "
     "(capture/trace._TracingMode.__torch_function__, the __setitem__ branch), which is not what eager's "
     "__setitem__ does (convert v to a scalar tensor first, without fill_'s overflow check, then index and "
-    "copy). For float16 and v = 1e30 eager writes inf, the jitted call raises 'value cannot be converted to "
-    "type c10::Half without overflow'; for int64, v = inf and k out of range eager raises RuntimeError "
-    "(conversion, first) and the jitted call IndexError (select, first). Mirroring eager's order and "
-    "conversion (copy_ from a scalar tensor) would fix both."))
+    "copy). For float16 and v = 1e30 eager writes inf; the compiled fill_ raises 'value cannot be converted to "
+    "type c10::Half without overflow'. Mirroring eager's conversion (copy_ from a scalar tensor) would fix it."))
+
+
 @pytest.mark.parametrize("dtype, k, v", [
-    (torch.float16, 2, 1e30),  # eager: a row of inf
-    (torch.int64, 7, math.inf),  # eager: RuntimeError from the conversion, before the index is checked
+    pytest.param(torch.float16, 2, 1e30, marks=_SETITEM_BUG),  # eager: a row of inf
+    # eager: RuntimeError from the conversion before the index is checked; capture fails (IndexError from
+    # select) and the call runs eagerly
+    (torch.int64, 7, math.inf),
 ], ids=["float16-overflow", "int64-inf-out-of-range"])
 def test_setitem_with_symbolic_index_behaves_like_eager(dtype: torch.dtype, k: int, v: float) -> None:
     def setitem_row(x, k: int, v: float):  # type: ignore[no-untyped-def]
@@ -647,10 +631,7 @@ def test_setitem_with_symbolic_index_behaves_like_eager(dtype: torch.dtype, k: i
     _eager_and_jitted(setitem_row, (x.clone(), 0, 1.0), (x.clone(), 1, 1.0), (x.clone(), k, v))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (same cause as test_capture_time_errors_are_eagers): when an operator fails during capture, nothing "
-    "has run, so in-place updates eager made before the failing op are missing: x.mul_(2) then a failing "
-    "x.add_(y) leaves x doubled in eager and unchanged jitted."))
+# Eager's in-place updates before the failing op happen too: the call runs eagerly once capture fails.
 def test_in_place_effects_before_a_capture_time_error_are_eagers() -> None:
     def update(x, y):  # type: ignore[no-untyped-def]
         x.mul_(2.0)
