@@ -248,3 +248,29 @@ def test_zero_and_one_sized(shape: tuple[int, int]) -> None:
         return x.sum(dim=0), x * 2
 
     check(fn, lambda: torch.randn(*shape))
+
+
+# An operator with int, float and bool results besides a tensor (as SDPA's cuDNN kernel returns its max
+# sequence lengths): called through the boxed dispatcher, its scalars reach the compiled code in slots.
+_SCALARS_LIB = torch.library.Library("trident_test_scalars", "DEF")
+_SCALARS_LIB.define("stats(Tensor x) -> (Tensor, int, float, bool)")
+
+
+def _stats(x: torch.Tensor) -> tuple[torch.Tensor, int, float, bool]:
+    return x * 2, x.dim() + 40, 0.5 * x.dim(), x.dim() > 1
+
+
+_SCALARS_LIB.impl("stats", _stats, "CPU")
+_SCALARS_LIB.impl("stats", _stats, "Meta")
+
+
+def test_operator_with_scalar_results() -> None:
+    @trident.jit
+    def fn(x):  # type: ignore[no-untyped-def]
+        doubled, n, half, flag = torch.ops.trident_test_scalars.stats(x)
+        return doubled + 1, n, half, flag
+
+    for x in (torch.ones(3), torch.ones(2, 3)):
+        with torch.no_grad():
+            assert fn(x)[1:] == torch.ops.trident_test_scalars.stats(x)[1:]
+            torch.testing.assert_close(fn(x)[0], x * 2 + 1)

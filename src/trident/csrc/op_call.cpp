@@ -86,12 +86,27 @@ AtenTensorHandle own(at::Tensor t) {
   return reinterpret_cast<AtenTensorHandle>(new at::Tensor(std::move(t)));
 }
 
-// How many handles a return value flattens into; throws for returns compiled code cannot take.
+// How many slots a return value flattens into; throws for returns compiled code cannot take.
 int64_t handle_count(const IValue& v, const c10::OperatorHandle& op) {
-  if (v.isTensor() || v.isNone()) return 1;
+  if (v.isTensor() || v.isNone() || v.isInt() || v.isDouble() || v.isBool()) return 1;
   if (v.isTensorList()) return static_cast<int64_t>(v.toTensorList().size());
   TORCH_CHECK(false, "trident_op_call: ", op.operator_name(), " returned a ", v.tagKind(),
-              "; only Tensor, Tensor[] and None returns can be called from compiled code");
+              "; only Tensor, Tensor[], int, float, bool and None returns can be called from compiled code");
+}
+
+// A scalar return travels in its slot as 64 bits (an int, a double's bit pattern, a bool as 0/1); the
+// compiled code knows the result's type from the schema and reads the slot accordingly.
+AtenTensorHandle scalar_slot(const IValue& v) {
+  int64_t bits = 0;
+  if (v.isInt()) {
+    bits = v.toInt();
+  } else if (v.isDouble()) {
+    const double d = v.toDouble();
+    std::memcpy(&bits, &d, sizeof bits);
+  } else {
+    bits = v.toBool() ? 1 : 0;
+  }
+  return reinterpret_cast<AtenTensorHandle>(static_cast<intptr_t>(bits));
 }
 
 int32_t fail(int32_t kind, const char* message) {
@@ -170,6 +185,8 @@ TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs
       if (v.isTensorList()) {
         const c10::List<at::Tensor> list = v.toTensorList();
         for (size_t i = 0; i < list.size(); ++i) rets[k++] = own(list.get(i));
+      } else if (v.isInt() || v.isDouble() || v.isBool()) {
+        rets[k++] = scalar_slot(v);
       } else {
         rets[k++] = v.isNone() ? nullptr : own(std::move(v).toTensor());
       }

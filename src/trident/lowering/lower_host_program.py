@@ -73,6 +73,7 @@ _INT_CHECKED = {  # can overflow or divide by zero: checked_int_op raises as Pyt
     # fmod.int, so this op only ever means operator.mod: Python's sign rule, not C's.
     "torch.aten.fmod.int": "mod",
 }  # fmt: skip
+_SCALAR_RESULTS = {"!torch.int": "int", "!torch.float": "float", "!torch.bool": "bool"}  # op results in a slot
 _INT_COMPARE = {
     "torch.aten.eq.int": "eq", "torch.aten.ne.int": "ne", "torch.aten.lt.int": "slt",
     "torch.aten.le.int": "sle", "torch.aten.gt.int": "sgt", "torch.aten.ge.int": "sge",
@@ -324,6 +325,16 @@ class HostProgramLowering:
         position = 0
         for result in op.results:
             count = _result_count(op, result)
+            scalar_kind = _SCALAR_RESULTS.get(str(result.type))
+            if scalar_kind is not None:  # the slot holds the value's 64 bits (op_call.cpp scalar_slot)
+                bits = fb.load(fb.gep(rets, position, I64), I64)
+                if scalar_kind == "float":
+                    value = fb.fresh()
+                    fb.emit(f"{value} = arith.bitcast {bits} : i64 to f64")
+                    bits = value
+                self.values[result] = _Lowered(scalar_kind, bits)
+                position += 1
+                continue
             handles = [self._own(fb.load(fb.gep(rets, position + k, PTR), PTR)) for k in range(count)]
             position += count
             if str(result.type).startswith("!torch.list"):
