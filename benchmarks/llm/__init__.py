@@ -1,0 +1,10 @@
+"""LLM decode benchmarks (issue 4): two decoder-only models built from hand-written Triton kernels and ATen
+matmuls, timed per token under eager, torch.compile, a CUDA-graph replay and Trident.
+
+    kernels.py      the Triton kernels and the wrappers the models call
+    reference.py    the same operations in plain torch (no Triton), for correctness checks
+    models.py       Llama-3.2-1B-shaped and GPT-2-medium-shaped decoders over a static KV cache
+    run.py          the benchmark (python -m benchmarks.llm.run --help)
+    report.py       its result file, tables and plot; merges result files of several runs
+    liger_check.py  Hugging Face Llama with liger-kernel's Triton kernels, one decode step eager vs Trident
+"""
