@@ -1,8 +1,15 @@
 """Shared test setup: CPU tests, deterministic, and a `gpu` marker that skips with a reason off-GPU."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Tests count compiles; a disk cache shared across tests and runs would turn compiles into loads. Off for the
+# suite, whatever the shell says (set before trident reads its knobs); tests/cache turns it on with their own
+# folders.
+os.environ["TRIDENT_DISK_CACHE"] = "0"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from . import exc
+from .cache import warm_start
 from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, is_tracing, trace_function
@@ -48,6 +49,8 @@ class Specialization:
     trace: Trace
     compiled: CompiledSpecialization
     compile_seconds: float
+    origin: str = "compiled"  # or "loaded from the disk cache" (trident.cache)
+    disk_cache: str = ""  # "persisted" or "not persisted: <why>" (trident.cache; empty when it is off)
 
 
 def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object]]:
@@ -187,9 +190,13 @@ class JitFunction:
     def _compile(self, values: Sequence[object], facts: CallFacts) -> Specialization | None:
         global _compile_count
         self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
+        persisted = warm_start.begin(self, values, facts)  # warm start: a specialization an earlier process stored
+        if persisted.loaded is not None:
+            return persisted.loaded
         start = time.perf_counter()
         try:
-            trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+            with persisted.recording_code():
+                trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
         except exc.TridentError:
             raise
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
@@ -220,6 +227,7 @@ class JitFunction:
         self.specializations.append(spec)
         with _compile_count_lock:
             _compile_count += 1
+        persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)
         if log_enabled("compile"):
             log.warning("trident: compiled specialization %d of '%s' in %.1f ms", index, self.name, spec.compile_seconds * 1e3)
         if log_enabled("guards"):
@@ -259,11 +267,13 @@ class JitFunction:
         for spec in self.specializations:
             lines.append(
                 f"specialization {spec.index}: {hits[spec.index] if spec.index < len(hits) else 0} hit(s), "
-                f"compiled in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.aten_calls)} ATen call(s) "
+                f"{spec.origin} in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.aten_calls)} ATen call(s) "
                 f"({len(spec.compiled.ops)} through the boxed dispatcher)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
             lines += [f"    {describe_launch_site(site)}" for site in spec.compiled.launch_sites]
+            if spec.disk_cache:
+                lines.append(f"    disk cache: {spec.disk_cache}")
         if self.last_miss_reason is not None:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:

@@ -15,6 +15,11 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _flag_on_unless_off(name: str) -> bool:
+    """A flag that defaults to on; 0/false/no/off turns it off."""
+    return os.environ.get(name, "").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _cache_dir() -> Path:
     if "TRIDENT_CACHE_DIR" in os.environ:
         return Path(os.environ["TRIDENT_CACHE_DIR"])
@@ -28,32 +33,49 @@ class Knobs:
     disable: bool
     # TRIDENT_DUMP_IR=DIR: write the IR of every stage of every compile under DIR.
     dump_ir: Path | None
-    # TRIDENT_LOG=recompiles,guards,compile: comma-separated topics logged to stderr.
+    # TRIDENT_LOG=recompiles,guards,compile,cache: comma-separated topics logged to stderr.
     log: frozenset[str]
-    # TRIDENT_CACHE_DIR: where the native runtime (and, later, compiled specializations) are cached.
+    # TRIDENT_CACHE_DIR: cache root: the native runtime build (runtime/) and, unless TRIDENT_DISK_CACHE_DIR
+    # says otherwise, compiled specializations (specializations/).
     cache_dir: Path
     # TRIDENT_MAX_SPECIALIZATIONS: past this many specializations of one function, calls run eagerly.
     max_specializations: int
+    # TRIDENT_DISK_CACHE=0: neither load compiled specializations from disk nor persist new ones (warm start off;
+    # trident.cache). On by default.
+    disk_cache: bool = True
+    # TRIDENT_DISK_CACHE_DIR: where compiled specializations persist; None means <cache_dir>/specializations.
+    # Its own knob so that tests and tools can use a fresh specialization cache without rebuilding the runtime.
+    disk_cache_dir: Path | None = None
+    # TRIDENT_DISK_CACHE_MAX_MB: size limit of the specialization cache; past it, the least recently used
+    # specializations are evicted (default 1024).
+    disk_cache_max_mb: float = 1024.0
 
 
 def _read() -> Knobs:
     dump = os.environ.get("TRIDENT_DUMP_IR", "").strip()
     topics = os.environ.get("TRIDENT_LOG", "")
+    disk_dir = os.environ.get("TRIDENT_DISK_CACHE_DIR", "").strip()
     return Knobs(
         disable=_flag("TRIDENT_DISABLE"),
         dump_ir=Path(dump) if dump else None,
         log=frozenset(t.strip() for t in topics.split(",") if t.strip()),
         cache_dir=_cache_dir(),
         max_specializations=int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64")),
+        disk_cache=_flag_on_unless_off("TRIDENT_DISK_CACHE"),
+        disk_cache_dir=Path(disk_dir) if disk_dir else None,
+        disk_cache_max_mb=float(os.environ.get("TRIDENT_DISK_CACHE_MAX_MB", "1024")),
     )
 
 
 KNOB_DOCS = {
     "TRIDENT_DISABLE": "1 runs every jitted function eagerly",
     "TRIDENT_DUMP_IR": "directory; every compile writes its torch-dialect, lowered and LLVM-dialect IR there",
-    "TRIDENT_LOG": "comma list of recompiles, guards, compile: logs those events to stderr",
-    "TRIDENT_CACHE_DIR": "cache root (default ~/.cache/trident): the native runtime build",
+    "TRIDENT_LOG": "comma list of recompiles, guards, compile, cache: logs those events to stderr",
+    "TRIDENT_CACHE_DIR": "cache root (default ~/.cache/trident): the native runtime build, compiled specializations",
     "TRIDENT_MAX_SPECIALIZATIONS": "specializations per function before calls run eagerly (default 64)",
+    "TRIDENT_DISK_CACHE": "0 turns off the on-disk cache of compiled specializations (warm start; default on)",
+    "TRIDENT_DISK_CACHE_DIR": "where compiled specializations persist (default <TRIDENT_CACHE_DIR>/specializations)",
+    "TRIDENT_DISK_CACHE_MAX_MB": "size limit of that cache in MB; least recently used entries go first (default 1024)",
 }
 
 knobs = _read()

@@ -37,11 +37,15 @@ def _capi() -> ctypes.CDLL:
 class NativeModule:
     """A JIT-compiled module; keeps the engine (and so the code) alive while referenced."""
 
-    def __init__(self, module: ir.Module, shared_libs: list[str]) -> None:
+    def __init__(self, module: ir.Module, shared_libs: list[str], keep_object: bool = False) -> None:
+        # keep_object: LLVM keeps the object file it generates, so write_object can persist the code (trident.cache).
         # opt_level=0: host programs are straight-line calls into the runtime, so LLVM's optimizations buy no
         # measurable speed (benchmarks/host_overhead_cpu.py: same µs at 0 and 2) but cost most of the compile
         # time (a 16-layer decode step: 26 s of code generation at 2, about 1 s at 0).
-        self.engine = ExecutionEngine(module, opt_level=0, shared_libs=shared_libs, enable_pic=True)
+        self.engine = ExecutionEngine(
+            module, opt_level=0, shared_libs=shared_libs, enable_pic=True, enable_object_dump=keep_object
+        )
+        self.keeps_object = keep_object
         _capi()  # declares the ctypes signatures used below
         capsule = self.engine._CAPIPtr
         name = ctypes.pythonapi.PyCapsule_GetName(capsule)
@@ -54,3 +58,11 @@ class NativeModule:
         if not address:
             raise exc.LoweringError(f"symbol {symbol} was not found in the compiled module (see stderr for JIT errors)")
         return int(address)
+
+    def write_object(self, path: str) -> None:
+        """Write the generated object file (position-independent, external symbols unresolved) to `path`.
+
+        Only for modules created with keep_object=True, after code generation (the first `address` call)."""
+        if not self.keeps_object:
+            raise exc.LoweringError("write_object needs a NativeModule created with keep_object=True")
+        self.engine.dump_to_object_file(path)

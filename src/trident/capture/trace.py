@@ -85,6 +85,9 @@ class Trace:
     fake_constants: list[torch.Tensor]
     shape_env: ShapeEnv
     outputs: OutputTree
+    # Indices into `constants` of tensors the trace created itself (torch.tensor literals), as opposed to live
+    # tensors the function read: the disk cache (trident.cache) stores the former by value, re-resolves the latter.
+    created_constants: frozenset[int] = frozenset()
 
 
 _state = threading.local()
@@ -364,8 +367,8 @@ def trace_function(
     with _translate_capture_errors(), torch.no_grad(), _tracing(), intercept_triton_launches(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     _split_size_lists(gm)
-    constants, fake_constants = _lift_constants(gm, fake_mode, mode.real_of)
-    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0])
+    constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
+    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created)
 
 
 def _flatten_output(
@@ -443,8 +446,9 @@ def _replace_uses_in(user: torch.fx.Node, old: torch.fx.Node, replacement: objec
 
 def _lift_constants(
     gm: torch.fx.GraphModule, fake_mode: FakeTensorMode, real_of: dict[int, torch.Tensor]
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Turn get_attr tensor constants into trailing placeholders; returns (live tensors, their fakes).
+) -> tuple[list[torch.Tensor], list[torch.Tensor], frozenset[int]]:
+    """Turn get_attr tensor constants into trailing placeholders; returns (live tensors, their fakes, indices of
+    the constants the trace created).
 
     A get_attr value is either a fake _TracingMode made for a live tensor (`real_of` maps it back) or a
     real tensor the trace created itself (torch.tensor literals)."""
@@ -455,6 +459,7 @@ def _lift_constants(
     by_identity: dict[int, torch.fx.Node] = {}
     last = placeholders[-1] if placeholders else None
     targets: set[str] = set()
+    created: set[int] = set()
     for node in list(graph.nodes):
         if node.op != "get_attr":
             continue
@@ -477,6 +482,8 @@ def _lift_constants(
                 fake = fake_mode.from_tensor(value, static_shapes=True)
             existing.meta["val"] = fake
             by_identity[id(value)] = existing
+            if id(attribute) not in real_of:
+                created.add(len(constants))
             constants.append(value)
             fakes.append(fake)
         node.replace_all_uses_with(existing)
@@ -484,4 +491,4 @@ def _lift_constants(
     for target in targets:
         delattr(gm, target)
     gm.recompile()
-    return constants, fakes
+    return constants, fakes, frozenset(created)

@@ -40,6 +40,8 @@ class CompiledSpecialization:
     constants: list[object]
     stages: dict[str, str]  # stage name -> IR text
     launch_sites: list[object] = dataclasses.field(default_factory=list)  # Triton launches, in program order
+    guard_symbol: str = ""  # exported names of the two functions (the disk cache, trident.cache, loads by name)
+    run_symbol: str = ""
 
 
 def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSource]:
@@ -99,10 +101,11 @@ def compile_specialization(
     _dump(name, index, "llvm", stages["llvm"])
 
     def jit() -> CompiledSpecialization:
-        native = NativeModule(llvm_module, [runtime_library])  # type: ignore[arg-type]
+        # keep_object: the disk cache (trident.cache) persists the generated object.
+        native = NativeModule(llvm_module, [runtime_library], keep_object=knobs.disk_cache)  # type: ignore[arg-type]
         return CompiledSpecialization(
             native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), aten_calls, pool.objects,
-            stages, launch_sites,
+            stages, launch_sites, guard_symbol=guard_symbol, run_symbol=run_symbol,
         )
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]

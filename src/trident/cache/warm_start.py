@@ -1,0 +1,388 @@
+"""The disk cache's part in a miss: load a persisted specialization, or persist the one just compiled.
+
+driver.JitFunction._compile, after deciding dynamism:
+
+    session = warm_start.begin(jit, values, facts)
+    if session.loaded is not None:          # a record whose checks and native guard accept this call
+        return session.loaded               # no capture, lowering or LLVM
+    with session.recording_code():          # the user code that runs during capture (code_deps.py)
+        trace = trace_function(...)
+    ... lower, JIT, add to the entry ...
+    session.publish(spec)                   # link, check, store; or log why it is not persisted
+
+Loading a record, cheapest checks first: its code dependencies are unchanged; walking its roots in this process
+gives the same state fingerprint and finds a tensor at each constant's provenance path; its guards accept this
+call and those constants (in Python, before its library is loaded); its library loads and its operators
+resolve; then its native guard accepts this call's arguments.
+Only then does it join the entry (Entry.add_spec), exactly as a compiled one would. Anything that fails is a
+miss for that record: the call compiles normally, and TRIDENT_LOG=cache says why.
+
+The fingerprint of the state reachable from the function's own roots is taken before capture and again after:
+a function that changes Python state it closes over while being captured (a counter it increments) is not
+persisted, because a later process would start from the changed state.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..capture.guards import GuardSet, first_failure, leaf_value
+from ..capture.inputs import CallFacts, LeafPath
+from ..capture.trace import Trace
+from ..knobs import knobs, log_enabled
+from ..lowering.pipeline import CompiledSpecialization
+from . import code_deps, store
+from .fingerprint import StateWalk, Unfingerprintable, format_path
+from .key import lookup_key
+from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
+from .provenance import Root, argument_roots, function_roots, walk_roots
+from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, Record, library_digest, strip_live_objects
+
+if TYPE_CHECKING:
+    from ..driver import JitFunction, Specialization
+
+log = logging.getLogger("trident")
+
+CREATED_CONSTANT_LIMIT = 4096  # elements: a trace-created constant larger than a literal is not stored by value
+
+
+@dataclasses.dataclass
+class Stats:
+    """This process's disk-cache events (trident.cache.stats())."""
+
+    lookups: int = 0  # misses that consulted the disk cache
+    loads: int = 0  # specializations loaded instead of compiled
+    stores: int = 0  # specializations persisted
+    not_persisted: int = 0  # compiled specializations left out (reason logged under TRIDENT_LOG=cache)
+    rejected: int = 0  # records whose checks or guard did not accept a call
+    corrupt: int = 0  # records removed as truncated or altered
+    write_failures: int = 0  # publishes the file system refused (the first one is logged as a warning)
+
+
+stats = Stats()
+
+
+def _log(message: str, *args: object) -> None:
+    if log_enabled("cache"):
+        log.warning("trident: cache: " + message, *args)
+
+
+@dataclasses.dataclass
+class Session:
+    """One miss of one jitted function, as the disk cache sees it."""
+
+    jit: JitFunction | None  # None: the disk cache is off
+    values: Sequence[object]  # the call's bound argument values
+    key: str | None = None
+    fn_roots: list[Root] = dataclasses.field(default_factory=list)
+    state_before: str | None = None  # fingerprint of the fn_roots state before capture
+    reason: str | None = None  # why nothing is loaded or persisted for this miss (None: both are tried)
+    loaded: Specialization | None = None
+    recorder: code_deps.CodeRecorder = dataclasses.field(default_factory=code_deps.CodeRecorder)
+
+    @contextlib.contextmanager
+    def recording_code(self) -> Iterator[None]:
+        with code_deps.recording_code(enabled=self.reason is None) as recorder:
+            self.recorder = recorder
+            yield
+
+    def publish(self, spec: Specialization) -> None:
+        """Persist a specialization just compiled, or say why not (TRIDENT_LOG=cache, trident.explain)."""
+        if self.jit is None:  # the disk cache is off
+            return
+        name = f"specialization {spec.index} of '{self.jit.name}'"
+        reason = self.reason if self.reason is not None else self._try_publish(name, spec)
+        spec.disk_cache = "persisted" if reason is None else f"not persisted: {reason}"
+        if reason is not None:
+            stats.not_persisted += 1
+            _log("%s not persisted: %s", name, reason)
+
+    def _try_publish(self, name: str, spec: Specialization) -> str | None:
+        try:
+            return self._publish(spec)
+        except Unfingerprintable as e:
+            return str(e)
+        except OSError as e:  # the folder is not writable, the disk is full: say so once, then under the topic
+            reason = f"cannot write to the disk cache folder {store.cache_root()}: {e}"
+            if not stats.write_failures:
+                log.warning("trident: %s not persisted: %s", name, reason)
+            stats.write_failures += 1
+            return reason
+        except Exception as e:  # never fail a compile for the cache's sake; but say so, this is a Trident bug
+            log.warning("trident: %s was compiled but not persisted to the disk cache: %s: %s", name, type(e).__name__,
+                        e)
+            return f"{type(e).__name__}: {e}"
+
+    def _publish(self, spec: Specialization) -> str | None:
+        assert self.jit is not None and self.key is not None
+        jit, trace, compiled = self.jit, spec.trace, spec.compiled
+        reason = _triton_launch_reason(compiled)
+        if reason is not None:
+            return reason
+        deps, dep_roots, reason = code_deps.dependencies(self.recorder, jit.fn)
+        if reason is not None:
+            return reason
+        walk = walk_roots(self.fn_roots, jit.fn, self.values)
+        if walk.digest() != self.state_before:
+            return "the function changed Python state it closes over while it was captured"
+        roots = self.fn_roots + dep_roots
+        walk = walk_roots(dep_roots, jit.fn, self.values, walk)  # continues: the digest covers all of `roots`
+        recipes, reason = _constant_recipes(spec, walk.tensor_paths)
+        if reason is not None:
+            return reason
+        start = time.perf_counter()
+        try:
+            library = link_shared_library(compiled.native, jit._runtime_library)  # type: ignore[arg-type]
+        except LinkError as e:
+            return str(e)
+        known = [id(c) for c in compiled.constants] + [compiled.guard_address, compiled.run_address]
+        known += [c.data_ptr() for c in compiled.constants if isinstance(c, torch.Tensor)]
+        baked = baked_addresses(library, known)
+        if baked:
+            return (
+                f"its native code contains process addresses ({', '.join(hex(a) for a in baked[:4])}); generated "
+                "code must reach process-specific objects only through its context table. Please report this"
+            )
+        guards, facts = strip_live_objects(spec.guards, spec.facts)
+        record = Record(
+            name=jit.name, library=store.library_name(library), library_digest=library_digest(library),
+            guard_symbol=compiled.guard_symbol, run_symbol=compiled.run_symbol, ops=list(compiled.ops),
+            aten_calls=list(compiled.aten_calls), constants=recipes, n_trace_constants=len(trace.constants),
+            guards=guards, facts=facts, outputs=trace.outputs, roots=roots, state_digest=walk.digest(),
+            code_dependencies=deps,
+        )  # fmt: skip
+        path = store.publish(self.key, record, library)
+        evicted = store.evict()
+        stats.stores += 1
+        _log(
+            "persisted specialization %d of '%s' (%d bytes of code, %d constants, %d code dependencies) in %.1f ms "
+            "as %s%s", spec.index, jit.name, len(library), len(recipes), len(deps), (time.perf_counter() - start) * 1e3,
+            path, f"; evicted {len(evicted)} least recently used" if evicted else "",
+        )  # fmt: skip
+        return None
+
+
+def begin(jit: JitFunction, values: Sequence[object], facts: CallFacts) -> Session:
+    """Look the miss up in the disk cache; the session's `loaded` is set when a persisted specialization fits."""
+    if not knobs.disk_cache:
+        return Session(None, values, reason="the disk cache is off")
+    stats.lookups += 1
+    fn_roots: list[Root] = []
+    try:
+        fn_roots = function_roots(jit.fn) + argument_roots(facts)
+        key = lookup_key(jit.fn, jit.param_names, jit.n_positional, jit._runtime_library, facts, jit.dynamism)
+    except Exception as e:  # the cache must never fail a call: compile as without it, and say why
+        log.warning("trident: the disk cache cannot handle '%s' (compiling without it): %s: %s", jit.name,
+                    type(e).__name__, e)
+        return Session(jit, values, fn_roots=fn_roots, reason=f"{type(e).__name__}: {e}")
+    session = Session(jit, values, key, fn_roots)
+    session.loaded = _load(session)
+    if session.loaded is None:  # capture follows: fingerprint the state it starts from (see the module docstring)
+        try:
+            session.state_before = walk_roots(fn_roots, jit.fn, values).digest()
+        except Unfingerprintable as e:
+            session.key, session.reason = None, str(e)
+    return session
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+
+
+class _Rejected(Exception):
+    """A record that does not fit this process or call (not corrupt: kept for other processes)."""
+
+
+def _load(session: Session) -> Specialization | None:
+    assert session.jit is not None and session.key is not None
+    walks: dict[tuple[Root, ...], StateWalk] = {}  # what one miss computes once for all the records it reads
+    code_indexes: dict[str, dict[tuple[str, int], str]] = {}
+    for path in store.record_paths(session.key):
+        record: Record | None = None
+        try:
+            record = store.read_record(path)
+            if record is None:  # removed meanwhile (eviction, clear)
+                continue
+            return _load_record(session, path, record, walks, code_indexes)
+        except _Rejected as e:
+            stats.rejected += 1
+            _log("record %s of '%s' does not fit: %s", path.name, session.jit.name, e)
+        except CorruptRecord as e:
+            stats.corrupt += 1
+            store.remove(path, record)
+            _log("removed corrupt record %s of '%s': %s", path, session.jit.name, e)
+        except Exception as e:  # a record that fails in an unforeseen way must not fail the call: compile instead
+            stats.rejected += 1
+            log.warning("trident: could not load %s from the disk cache (compiling instead): %s: %s", path,
+                        type(e).__name__, e)
+    return None
+
+
+def _load_record(
+    session: Session, path: Path, record: Record, walks: dict[tuple[Root, ...], StateWalk],
+    code_indexes: dict[str, dict[tuple[str, int], str]],
+) -> Specialization:  # fmt: skip
+    jit = session.jit
+    assert jit is not None
+    start = time.perf_counter()
+    reason = code_deps.verify(record.code_dependencies, code_indexes)
+    if reason is not None:
+        raise _Rejected(reason)
+    roots = tuple(record.roots)
+    if roots not in walks:
+        try:
+            walks[roots] = walk_roots(roots, jit.fn, session.values)
+        except Unfingerprintable as e:
+            raise _Rejected(str(e)) from e
+    walk = walks[roots]
+    if walk.digest() != record.state_digest:
+        raise _Rejected("the state the function closes over (attributes, globals, closure cells) differs")
+    constants = _resolve_constants(record, walk.tensors, session.values)
+    guards = _bind_identity_objects(record, session.values)
+    # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
+    # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
+    # mapped for the life of the process). The native guard below has the last word.
+    why = first_failure(guards, session.values, constants[: record.n_trace_constants])
+    if why is not None:
+        raise _Rejected(f"its guards reject this call ({why})")
+    library_path = store.read_library(path, record)
+    try:
+        library = LoadedLibrary(str(library_path))
+        guard_address, run_address = library.address(record.guard_symbol), library.address(record.run_symbol)
+    except (OSError, AttributeError) as e:
+        raise CorruptRecord(f"its library does not load: {e}") from e
+    try:
+        context = jit._context_type(record.ops, constants)
+    except ValueError as e:  # an operator this libtorch does not register
+        raise _Rejected(f"its operators do not resolve: {e}") from e
+    if not guard_accepts(guard_address, context.address, session.values):
+        raise _Rejected("its native guard rejects this call")
+    spec = _install(session, record, guards, library, context, constants, guard_address, run_address, start)
+    store.touch(path)
+    stats.loads += 1
+    _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, jit.name, path, spec.compile_seconds * 1e3)
+    return spec
+
+
+def _resolve_constants(
+    record: Record, tensors: dict[tuple[object, ...], torch.Tensor], values: Sequence[object]
+) -> list[object]:
+    constants: list[object] = []
+    for i, recipe in enumerate(record.constants):
+        if recipe.kind == "tensor":
+            tensor = tensors.get(recipe.path)
+            if tensor is None:
+                raise _Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
+            constants.append(tensor)
+        elif recipe.kind == "created":
+            constants.append(recipe.created_tensor())
+        elif recipe.kind == "argument":
+            param, items = recipe.path
+            constants.append(leaf_value(LeafPath(param, items, ""), values, []))
+        elif recipe.kind == "value":
+            constants.append(recipe.value)
+        else:
+            raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
+    return constants
+
+
+def _bind_identity_objects(record: Record, values: Sequence[object]) -> GuardSet:
+    """The record's guards with this call's objects as the identity-guarded ones (see ConstantRecipe)."""
+    identity_objects: list[object] = list(record.guards.identity_objects)
+    for ig in record.guards.identities:
+        identity_objects[ig.constant_index] = leaf_value(ig.path, values, [])
+    return dataclasses.replace(record.guards, identity_objects=identity_objects)
+
+
+def _install(
+    session: Session, record: Record, guards: GuardSet, library: LoadedLibrary, context: object,
+    constants: list[object], guard_address: int, run_address: int, start: float,
+) -> Specialization:  # fmt: skip
+    """Add a loaded specialization to the entry and the function's list, as _compile does for a compiled one."""
+    from ..driver import Specialization
+
+    jit = session.jit
+    assert jit is not None
+    compiled = CompiledSpecialization(
+        guard_address=guard_address, run_address=run_address, native=library,  # type: ignore[arg-type]
+        ops=list(record.ops), aten_calls=list(record.aten_calls), constants=constants, stages={},
+        guard_symbol=record.guard_symbol, run_symbol=record.run_symbol,
+    )  # fmt: skip
+    # A loaded specialization has no graph: only what explain and first_failure read (its constants, outputs).
+    trace_constants = constants[: record.n_trace_constants]
+    trace = Trace(None, [], trace_constants, {}, [], None, record.outputs)  # type: ignore[arg-type]
+    positional, keywords = jit._call_args(session.values)
+    key = jit.entry.structural_key(*positional, **keywords)
+    jit.entry.add_spec(key, guard_address, run_address, context, library)
+    spec = Specialization(
+        len(jit.specializations), guards, record.facts, trace, compiled, time.perf_counter() - start,
+        origin="loaded from the disk cache",
+    )  # fmt: skip
+    jit.specializations.append(spec)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Persisting
+
+
+def _triton_launch_reason(compiled: CompiledSpecialization) -> str | None:
+    """Why a specialization that launches Triton kernels is not persisted (every launch the host program makes
+    is one of its launch sites), or None when it launches none."""
+    if not compiled.launch_sites:
+        return None
+    names = sorted({getattr(site, "kernel_name", None) or getattr(site, "name", "?") for site in compiled.launch_sites})
+    return (
+        f"it launches Triton kernel(s) {', '.join(names)}; specializations with Triton launches are not persisted "
+        "(their launch sites hold this process's kernel objects and the CUDA modules of their compiled variants)"
+    )
+
+
+def _constant_recipes(
+    spec: Specialization, tensor_paths: dict[int, tuple[object, ...]]
+) -> tuple[list[ConstantRecipe], str | None]:
+    """How a new process gets each context constant (record.ConstantRecipe), or why one cannot be persisted."""
+    trace, compiled = spec.trace, spec.compiled
+    identity_paths = {
+        id(spec.guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items)
+        for ig in spec.guards.identities
+    }
+    recipes: list[ConstantRecipe] = []
+    for i, obj in enumerate(compiled.constants):
+        if i < len(trace.constants):
+            assert isinstance(obj, torch.Tensor)
+            path = tensor_paths.get(id(obj))
+            if path is not None:
+                recipes.append(ConstantRecipe("tensor", path))
+            elif i in trace.created_constants:
+                if obj.numel() > CREATED_CONSTANT_LIMIT:
+                    return [], (
+                        f"constant #{i}, a tensor of {obj.numel()} elements the function creates from Python data, is "
+                        f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
+                    )
+                buffer = io.BytesIO()
+                torch.save(obj.detach().clone(), buffer)
+                recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
+            else:
+                return [], (
+                    f"constant #{i} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
+                    "reads) was not found from the function's roots (self, closure cells, globals its code names, "
+                    "arguments passed by identity, and globals of the user code that ran), so another process "
+                    "could not find it again"
+                )
+        elif id(obj) in identity_paths:
+            recipes.append(ConstantRecipe("argument", identity_paths[id(obj)]))
+        elif type(obj) in SCALAR_TYPES:
+            recipes.append(ConstantRecipe("value", value=obj))
+        else:
+            kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+            return [], f"its context holds a {kind}, which has no persisted form"
+    return recipes, None

@@ -1,0 +1,203 @@
+"""The disk cache's parts on their own: fingerprints, code digests and dependencies, the record format, versions."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import types
+
+import pytest
+import torch
+
+from trident.cache import code_deps, fingerprint, record, versions
+from trident.cache.fingerprint import StateWalk, Unfingerprintable, code_digest, format_path
+
+
+def digest(value: object) -> str:
+    walk = StateWalk()
+    walk.walk_root(("global", "v"), value)
+    return walk.digest()
+
+
+def test_tensors_count_by_metadata_not_values() -> None:
+    assert digest(torch.zeros(3, 4)) == digest(torch.ones(3, 4))
+    assert digest(torch.zeros(3, 4)) != digest(torch.zeros(4, 3))
+    assert digest(torch.zeros(3, 4)) != digest(torch.zeros(3, 4, dtype=torch.float64))
+    assert digest(torch.zeros(4, 3).t()) != digest(torch.zeros(3, 4))  # strides
+
+
+def test_scalars_and_structure_count_by_value() -> None:
+    assert digest({"eps": 1e-5, "n": 3}) == digest({"eps": 1e-5, "n": 3})
+    assert digest({"eps": 1e-5}) != digest({"eps": 1e-6})
+    assert digest([1, 2]) != digest((1, 2))
+    assert digest(frozenset({"a", "b"})) == digest(frozenset({"b", "a"}))
+    shared = [1]
+    assert digest([shared, shared]) != digest([[1], [1]])  # aliasing is structure too
+
+
+def test_module_state_and_parameter_paths() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    walk = StateWalk()
+    walk.walk_root(("global", "model"), model)
+    path = walk.tensor_paths[id(model[0].weight)]
+    assert format_path(path) == "model._modules['0']._parameters['weight']"
+    other = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4, eps=1e-3))
+    assert digest(model) != digest(other)  # a changed eps
+    assert digest(model) == digest(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)))
+
+
+def test_values_held_by_library_objects_count() -> None:
+    """Library and standard-library objects whose value a trace can read are hashed by value; a decorator's
+    wrapped user function by its code; a user enum by its value."""
+    import collections
+    import decimal
+    import enum
+    import functools
+    import operator
+    import types as pytypes
+    import weakref
+
+    assert digest(decimal.Decimal("0.5")) != digest(decimal.Decimal("0.25"))
+    assert digest(collections.deque([1, 2])) != digest(collections.deque([1, 3]))
+    assert digest(operator.itemgetter(1)) != digest(operator.itemgetter(2))
+    assert digest(pytypes.SimpleNamespace(eps=1e-5)) != digest(pytypes.SimpleNamespace(eps=1e-6))
+    assert digest(torch.finfo(torch.float16)) != digest(torch.finfo(torch.bfloat16))
+    assert digest(bytearray(b"ab")) != digest(bytearray(b"ac"))
+    assert digest(torch.ops.aten.add) != digest(torch.ops.prims.add)  # same name, another namespace
+
+    class Tag(str):  # a subclass of a scalar type: its value counts, and its state
+        pass
+
+    assert digest(Tag("a")) != digest(Tag("b"))
+    small, large = Tag("a"), Tag("b")
+    assert digest(weakref.ref(small)) != digest(weakref.ref(large))  # followed
+    one = functools.lru_cache(_code_function("def f(x):\n    return x + 1\n"))
+    two = functools.lru_cache(_code_function("def f(x):\n    return x + 2\n"))
+    assert digest(one) != digest(two)
+
+    class Mode(enum.Enum):
+        FAST = 1
+
+    class ModeChanged(enum.Enum):  # the same class edited: same member name, another value
+        FAST = 2
+
+    ModeChanged.__qualname__ = Mode.__qualname__
+    assert digest(Mode.FAST) != digest(ModeChanged.FAST)
+
+
+def test_process_handles_are_named_by_type() -> None:
+    """A logger's state (its level cache fills as it is used) is not a value the trace reads."""
+    import logging
+
+    logger = logging.getLogger("trident.test.fingerprint")
+    before = digest(logger)
+    logger.setLevel(logging.ERROR)
+    logger.isEnabledFor(logging.INFO)
+    assert digest(logger) == before
+
+
+def _code_function(source: str):  # type: ignore[no-untyped-def]
+    namespace: dict[str, object] = {"__name__": __name__}
+    exec(compile(source, "<test>", "exec"), namespace)
+    return namespace["f"]
+
+
+def test_code_digest_covers_exception_handling() -> None:
+    narrow = _code("def f(g):\n    try:\n        a = g()\n    except ValueError:\n        a = 0\n    return a\n", "f")
+    wide = _code("def f(g):\n    try:\n        a = g()\n    except TypeError:\n        a = 0\n    return a\n", "f")
+    assert code_digest(narrow) != code_digest(wide)
+
+
+def test_cycles_and_depth() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    digest(loop)  # terminates
+    deep: list[object] = []
+    for _ in range(fingerprint.DEPTH_LIMIT + 5):
+        deep = [deep]
+    with pytest.raises(Unfingerprintable, match="nested more than"):
+        digest(deep)
+
+
+def _code(source: str, name: str) -> types.CodeType:
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<test>", "exec"), namespace)
+    return namespace[name].__code__  # type: ignore[attr-defined, no-any-return]
+
+
+def test_code_digest_ignores_position_not_behaviour() -> None:
+    base = _code("def f(x):\n    return x + 1\n", "f")
+    moved = _code("\n\n\ndef f(x):\n    return x + 1\n", "f")
+    changed = _code("def f(x):\n    return x + 2\n", "f")
+    assert code_digest(base) == code_digest(moved)
+    assert code_digest(base) != code_digest(changed)
+
+
+SCALE_FOR_RECORDING = 2
+
+
+def helper_for_recording(x: torch.Tensor) -> torch.Tensor:
+    return x * SCALE_FOR_RECORDING
+
+
+def test_recording_finds_user_code_by_name() -> None:
+    def fn(x):  # type: ignore[no-untyped-def]
+        return helper_for_recording(x)
+
+    with code_deps.recording_code() as recorder:
+        fn(torch.ones(2))
+    deps, roots, reason = code_deps.dependencies(recorder, fn)
+    assert reason is None
+    assert [d.qualname for d in deps] == ["helper_for_recording"]
+    assert ("module", __name__, "SCALE_FOR_RECORDING") in roots  # the globals its code names are roots
+    assert code_deps.verify(deps, {}) is None
+    changed = dataclasses.replace(deps[0], digest="0" * 32)
+    assert "changed since it was captured" in (code_deps.verify([changed], {}) or "")
+
+
+def test_recording_refuses_code_it_cannot_find_again() -> None:
+    namespace: dict[str, object] = {"__name__": "not_a_module"}
+    exec("def made(x):\n    return x + 1\n", namespace)
+
+    def fn(x):  # type: ignore[no-untyped-def]
+        return namespace["made"](x)  # type: ignore[operator]
+
+    with code_deps.recording_code() as recorder:
+        fn(1)
+    _, _, reason = code_deps.dependencies(recorder, fn)
+    assert reason is not None and "belong to no imported module" in reason
+
+
+@pytest.mark.parametrize(
+    "damage", [lambda d: d[:-1], lambda d: d[:10], lambda d: d[:-3] + bytes([d[-3] ^ 1]) + d[-2:], lambda d: b"x" + d],
+    ids=["truncated", "header only", "altered", "other format"],
+)  # fmt: skip
+def test_damaged_records_are_recognised(damage) -> None:  # type: ignore[no-untyped-def]
+    good = record.MAGIC + hashlib.blake2b(b"payload", digest_size=32).digest() + b"payload"
+    with pytest.raises(record.CorruptRecord, match="digest mismatch|unreadable payload"):
+        record.decode(good)  # whole, but not a pickle: unreadable
+    with pytest.raises(record.CorruptRecord, match="digest mismatch|other format|not a record"):
+        record.decode(damage(good))
+
+
+def test_environment_names_every_version() -> None:
+    names = dict(versions.environment())
+    for name in ("trident", "trident sources", "torch", "triton", "torch-mlir", "python abi", "python"):
+        assert names[name] and names[name] != "absent", name
+    assert names["triton"].startswith("3.")
+    assert names["cpu features"]  # LLVM generates code for this CPU's instruction set
+
+
+def test_lookup_key_covers_the_default_device() -> None:
+    from trident.capture.inputs import describe_call
+    from trident.capture.trace import Dynamism
+    from trident.cache.key import lookup_key
+
+    def fn(x):  # type: ignore[no-untyped-def]
+        return x + torch.ones(3)
+
+    facts = describe_call(["x"], [torch.ones(3)])
+    here = lookup_key(fn, ["x"], 1, "runtime.so", facts, Dynamism())
+    with torch.device("meta"):  # factory calls in fn would allocate there: another trace
+        elsewhere = lookup_key(fn, ["x"], 1, "runtime.so", facts, Dynamism())
+    assert here != elsewhere
+    assert here == lookup_key(fn, ["x"], 1, "runtime.so", facts, Dynamism())
