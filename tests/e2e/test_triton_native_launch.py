@@ -15,14 +15,9 @@ import trident
 from trident.exc import KernelLaunchError
 from trident.testing import count_compiles, triton_launch_sites
 
+from .test_triton_kernels import add_kernel
+
 pytestmark = pytest.mark.gpu
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit

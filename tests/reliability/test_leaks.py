@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import trident
+import trident.testing
 
 LEAK_CALLS = int(os.environ.get("TRIDENT_LEAK_CALLS", "20000") or 20000)
 WARMUP_CALLS = 2000
@@ -52,6 +53,47 @@ def test_hit_path_rss_is_flat() -> None:
     print(f"\n{LEAK_CALLS} hit-path calls: RSS {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB "
           f"({(after - before) / 2**10:+.0f} KiB)")
     assert after - before < RSS_TOLERANCE, f"RSS grew by {(after - before) / 2**20:.1f} MiB over {LEAK_CALLS} calls"
+
+
+@pytest.mark.gpu
+def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches() -> None:
+    """On CUDA: ATen outputs and a natively launched Triton kernel's output die with the caller's references
+    (torch.cuda.memory_allocated returns exactly to its level), and RSS stays flat."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3.0, mask=offs < n)
+
+    @trident.jit
+    def step(x, y):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out + y, (x - y).sum()
+
+    x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
+    with torch.no_grad():
+        for _ in range(WARMUP_CALLS):
+            out = step(x, y)
+        torch.testing.assert_close(out[0], x * 3 + y)
+        del out
+        torch.cuda.synchronize()
+        gc.collect()
+        memory, rss = torch.cuda.memory_allocated(), rss_bytes()
+        for _ in range(LEAK_CALLS):
+            out = step(x, y)
+        del out
+        torch.cuda.synchronize()
+        gc.collect()
+        memory_after, rss_after = torch.cuda.memory_allocated(), rss_bytes()
+    launches = trident.testing.triton_launch_sites(step)[0]
+    assert launches.native_launches >= LEAK_CALLS
+    print(f"\n{LEAK_CALLS} CUDA hit-path calls: CUDA memory {memory} -> {memory_after} bytes, RSS "
+          f"{rss / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB")
+    assert memory_after == memory
+    assert rss_after - rss < RSS_TOLERANCE, f"RSS grew by {(rss_after - rss) / 2**20:.1f} MiB"
 
 
 def test_hit_path_python_heap_is_flat() -> None:
