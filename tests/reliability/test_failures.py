@@ -57,3 +57,41 @@ def test_an_aten_error_inside_compiled_code_is_eagers_error_and_contained() -> N
     assert str(compiled.value) == str(eager.value)
     assert len(fn._trident.specializations) == 1
     torch.testing.assert_close(fn(x, good), x[good] * 2)
+
+
+@pytest.mark.parametrize("stage_name", ["llvm", "jit"])
+def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_contained(
+    stage_name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """An LLVM lowering or code-generation failure (injected: both are Trident bugs when they happen) raises
+    trident.exc.LoweringError with the IR given to that stage written to a file (and, for the pass pipeline,
+    the torch-mlir-opt command that replays it); specializations compiled before keep working."""
+    from trident import exc
+    from trident.lowering import pipeline
+
+    @trident.jit
+    def fn(x):  # type: ignore[no-untyped-def]
+        return (x * 2).sum(-1)
+
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), (x * 2).sum(-1))
+
+        def failing(*args: object, **kwargs: object) -> object:
+            raise RuntimeError(f"injected {stage_name} failure")
+
+        monkeypatch.setattr(pipeline, "lower_to_llvm" if stage_name == "llvm" else "NativeModule", failing)
+        with pytest.raises(exc.LoweringError) as info:
+            fn(torch.randn(2, 5, 7))  # another rank: a new specialization, which fails to compile
+        message = str(info.value)
+        assert f"at stage '{stage_name}'" in message and f"injected {stage_name} failure" in message
+        ir_path = message.split("the IR given to that stage is in ")[1].split("\n")[0]
+        with open(ir_path) as f:
+            ir_text = f.read()
+        assert "@trident_run_1(" in ir_text  # the second specialization's program (func or llvm dialect)
+        if stage_name == "llvm":
+            assert f"--pass-pipeline='{pipeline.PIPELINE}' {ir_path}" in message
+        monkeypatch.undo()
+        for _ in range(2):  # the first specialization is intact
+            torch.testing.assert_close(fn(x), (x * 2).sum(-1))
+        torch.testing.assert_close(fn(torch.ones(2, 5, 7)), torch.full((2, 5), 14.0))  # and it compiles now
