@@ -27,7 +27,8 @@ trident.explain says of each specialization whether it was loaded, persisted, or
 
 Not persisted (logged under TRIDENT_LOG=cache): specializations that launch Triton kernels (their launch sites
 hold this process's kernel objects and the CUDA modules of their compiled variants; rebuilding them in another
-process is not implemented), ones whose constants cannot be found from the roots, ones whose capture changed
+process is not implemented), ones that call torch.distributed collectives (process group names and sizes are
+this process's), ones whose constants cannot be found from the roots, ones whose capture changed
 the state it reads, and ones whose capture ran code that cannot be found again by name.
 
 Not covered by the key or the fingerprint (a warm start trusts these to be as they were at capture):

@@ -124,7 +124,7 @@ class Session:
     def _publish(self, spec: Specialization) -> str | None:
         assert self.jit is not None and self.key is not None
         jit, trace, compiled = self.jit, spec.trace, spec.compiled
-        reason = _triton_launch_reason(compiled)
+        reason = _triton_launch_reason(compiled) or _collective_reason(trace)
         if reason is not None:
             return reason
         deps, dep_roots, reason = code_deps.dependencies(self.recorder, jit.fn)
@@ -343,6 +343,27 @@ def _triton_launch_reason(compiled: CompiledSpecialization) -> str | None:
     return (
         f"it launches Triton kernel(s) {', '.join(names)}; specializations with Triton launches are not persisted "
         "(their launch sites hold this process's kernel objects and the CUDA modules of their compiled variants)"
+    )
+
+
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d", "_dtensor")
+
+
+def _collective_reason(trace: Trace) -> str | None:
+    """Why a specialization that calls torch.distributed collectives is not persisted, or None when it calls none.
+
+    Its graph names process groups by this process's group names and bakes in their sizes (all_gather's
+    group_size): another process (another world size, groups created in another order) would reuse them
+    under the same key, since neither is part of it."""
+    ops = sorted({
+        str(node.target) for node in trace.graph_module.graph.nodes
+        if node.op == "call_function" and getattr(node.target, "namespace", None) in _COLLECTIVE_NAMESPACES
+    })
+    if not ops:
+        return None
+    return (
+        f"it calls collective(s) {', '.join(ops)}; specializations with torch.distributed collectives are not "
+        "persisted (process group names and sizes belong to this process)"
     )
 
 
