@@ -78,15 +78,19 @@ def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7) -> tup
     return statistics.median(samples), samples[-1] - samples[0]
 
 
-def machine() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name (for benchmark results), or the platform's machine type."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, str]:
+    cpu = cpu_model()
     import torch_mlir  # noqa: F401
 
     return {

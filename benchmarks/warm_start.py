@@ -220,15 +220,9 @@ def measure(name: str, repeat: int, work: Path) -> dict[str, object]:
 def machine() -> dict[str, str]:
     from trident.cache.versions import environment
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version()}
+    from host_overhead_cpu import cpu_model  # a sibling script: benchmarks/ is on sys.path when run as a file
+
+    info = {"cpu": cpu_model(), "cores": str(os.cpu_count()), "python": platform.python_version()}
     info.update({k: v.split(" at ")[0] for k, v in environment() if k in ("trident", "torch", "triton", "torch-mlir")})
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
