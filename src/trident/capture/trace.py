@@ -244,10 +244,11 @@ class _TracingMode(TorchFunctionMode):
         if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
             view = _basic_index(args[0], args[1])
             value = args[2]
-            if isinstance(value, torch.Tensor):
-                view.copy_(value)
-            else:
-                view.fill_(value)
+            if not isinstance(value, torch.Tensor):
+                # As eager's __setitem__: the scalar becomes a tensor of the destination's dtype first (1e30 into
+                # float16 is inf, not fill_'s overflow error; inf into int64 raises here, before any indexing).
+                value = torch.tensor(value, dtype=view.dtype, device=view.device)
+            view.copy_(value)
             return None
         return func(*args, **kwargs)
 
