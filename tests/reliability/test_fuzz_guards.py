@@ -27,7 +27,7 @@ Budget
 
 Known Trident bugs are kept out of the drawn domain, each where it is drawn, and reproduced minimally by the
 strict-xfail tests at the bottom of this file (with the fixed ones as plain tests): ints stay within int32
-and are never bools; matmul gets no inference mode and no requires_grad under no_grad.
+and are never bools; matmul gets no requires_grad under no_grad.
 """
 from __future__ import annotations
 
@@ -402,8 +402,6 @@ def matmul_calls(draw):  # type: ignore[no-untyped-def]
     a = draw(tensors(shape=a_shape, dtypes=(dtype,)))
     b = draw(tensors(shape=b_shape, dtypes=(b_dtype,)))
     call = draw(call_of("matmul", {"a": a, "b": b}))
-    if call.mode == "inference_mode":  # traced with another decomposition: a known bug (xfail test below)
-        call.mode = "no_grad"
     if call.mode != "enable_grad":  # requires_grad under no_grad: a known bug (xfail test below)
         call.values = {name: dataclasses.replace(v, requires_grad=False) for name, v in call.values.items()}  # type: ignore[type-var]
     return call
@@ -591,12 +589,9 @@ def test_inputs_requiring_grad_under_no_grad_trace_like_eager() -> None:
     _eager_and_jitted(lambda a, b: a @ b, (a, b))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: under torch.inference_mode() the capture records a different decomposition of aten.matmul than "
-    "eager runs: make_fx there decomposes matmul with torch's Python decomposition, which folds (5,) @ (7, 5, 5) "
-    "into transpose + clone + mv, while eager's C++ matmul (and the capture under no_grad) does expand + bmm; "
-    "the values differ in the last bit. capture/trace.trace_function traces in the caller's inference mode "
-    "(it only adds no_grad); tracing with inference mode off would record eager's ops."))
+# Under torch.inference_mode() make_fx's Python dispatcher would decompose matmul with torch's Python
+# decomposition ((5,) @ (7, 5, 5) as transpose + clone + mv, last-bit differences); capture runs with
+# inference mode off and records eager's expand + bmm.
 def test_inference_mode_traces_eagers_matmul() -> None:
     a = TensorRecipe((5,), torch.float32, "contiguous", seed=30340).make()
     b = TensorRecipe((7, 5, 5), torch.float32, "contiguous", seed=30340).make()
@@ -638,3 +633,19 @@ def test_in_place_effects_before_a_capture_time_error_are_eagers() -> None:
         with pytest.raises(RuntimeError):
             f(x_jit, y)
     assert torch.equal(x_jit, x_eager), (x_jit, x_eager)
+
+
+def test_in_place_update_of_inference_tensors_under_inference_mode() -> None:
+    """Capture runs with inference mode off; inference tensors (a KV cache made under inference_mode) must
+    still be updated in place as eager does."""
+    def write(cache, row, pos: int):  # type: ignore[no-untyped-def]
+        cache[pos].copy_(row)
+        return cache.sum(0)
+
+    f = trident.jit(write)
+    with torch.inference_mode():
+        cache, expected_cache = torch.zeros(4, 3), torch.zeros(4, 3)
+        for pos in range(4):
+            row = torch.full((3,), float(pos + 1))
+            torch.testing.assert_close(f(cache, row, pos), write(expected_cache, row, pos))
+        assert torch.equal(cache, expected_cache) and cache.is_inference()

@@ -365,7 +365,10 @@ def trace_function(
     from .triton_launches import intercept_triton_launches  # imports triton: only when tracing
 
     mode = _TracingMode(fake_mode)
-    with _translate_capture_errors(), torch.no_grad(), _tracing(), intercept_triton_launches(), fake_mode, mode:
+    # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
+    # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
+    with _translate_capture_errors(), torch.inference_mode(False), torch.no_grad(), _tracing(), \
+            intercept_triton_launches(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     _split_size_lists(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
