@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import trident
-import trident.testing
+from trident.testing import triton_launch_sites
 
 LEAK_CALLS = int(os.environ.get("TRIDENT_LEAK_CALLS", "20000") or 20000)
 WARMUP_CALLS = 2000
@@ -31,6 +31,17 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def measure_after_calls(call: Callable[[], object], n: int, measure: Callable[[], object]) -> object:
+    """Call `call` n times keeping only the last output, drop it, let CUDA and the collector settle, measure."""
+    for _ in range(n):
+        out = call()
+    del out
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    gc.collect()
+    return measure()
+
+
 def chain(x, y, n: int):  # type: ignore[no-untyped-def]
     return (x * 2 + y).relu(), (x - y).sum(-1), x[:n], n + 1
 
@@ -39,16 +50,8 @@ def test_hit_path_rss_is_flat() -> None:
     f = trident.jit(chain)
     x, y = torch.randn(64, 64), torch.randn(64, 64)  # each full-size output is 16 KiB
     with torch.no_grad():
-        for _ in range(WARMUP_CALLS):
-            out = f(x, y, 3)
-        del out
-        gc.collect()
-        before = rss_bytes()
-        for _ in range(LEAK_CALLS):
-            out = f(x, y, 3)
-        del out
-        gc.collect()
-        after = rss_bytes()
+        before = measure_after_calls(lambda: f(x, y, 3), WARMUP_CALLS, rss_bytes)
+        after = measure_after_calls(lambda: f(x, y, 3), LEAK_CALLS, rss_bytes)
     assert f._trident.misses == 1 and sum(f._trident.entry.hits()) == WARMUP_CALLS + LEAK_CALLS
     print(f"\n{LEAK_CALLS} hit-path calls: RSS {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB "
           f"({(after - before) / 2**10:+.0f} KiB)")
@@ -74,21 +77,14 @@ def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches() -> None:
         return out + y, (x - y).sum()
 
     x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
+    def usage() -> tuple[int, int]:
+        return torch.cuda.memory_allocated(), rss_bytes()
+
     with torch.no_grad():
-        for _ in range(WARMUP_CALLS):
-            out = step(x, y)
-        torch.testing.assert_close(out[0], x * 3 + y)
-        del out
-        torch.cuda.synchronize()
-        gc.collect()
-        memory, rss = torch.cuda.memory_allocated(), rss_bytes()
-        for _ in range(LEAK_CALLS):
-            out = step(x, y)
-        del out
-        torch.cuda.synchronize()
-        gc.collect()
-        memory_after, rss_after = torch.cuda.memory_allocated(), rss_bytes()
-    launches = trident.testing.triton_launch_sites(step)[0]
+        torch.testing.assert_close(step(x, y)[0], x * 3 + y)
+        memory, rss = measure_after_calls(lambda: step(x, y), WARMUP_CALLS, usage)  # type: ignore[misc]
+        memory_after, rss_after = measure_after_calls(lambda: step(x, y), LEAK_CALLS, usage)  # type: ignore[misc]
+    launches = triton_launch_sites(step)[0]
     assert launches.native_launches >= LEAK_CALLS
     print(f"\n{LEAK_CALLS} CUDA hit-path calls: CUDA memory {memory} -> {memory_after} bytes, RSS "
           f"{rss / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB")

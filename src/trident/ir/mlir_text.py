@@ -162,6 +162,10 @@ class FunctionBuilder:
         self.emit(f"{name} = arith.{op} {a}, {b} : {type_}")
         return name
 
+    def not_(self, condition: str) -> str:
+        """The negation of an i1 value."""
+        return self.binary("xori", condition, self.const(True, I1), I1)
+
     def with_overflow(self, op: str, a: str, b: str) -> tuple[str, str]:
         """i64 `op` (sadd, ssub, smul) and whether it overflowed (i1), through LLVM's overflow intrinsics."""
         pair, value, overflow = self.fresh("pair"), self.fresh(), self.fresh("overflow")

@@ -24,16 +24,15 @@ INT64_MIN = -(2**63)
 
 def checked_int_op(fb: FunctionBuilder, op: str, a: str, b: str, fail_unless: FailUnless, what: str) -> str:
     """a `op` b on i64 for op in addi/subi/muli/floordivsi/divsi/mod, failing where Python would not wrap."""
+    too_wide = f"{what}: integer result does not fit in 64 bits (compiled code computes ints as int64)"
     if op in _OVERFLOW_INTRINSIC:
         value, overflow = fb.with_overflow(_OVERFLOW_INTRINSIC[op], a, b)
-        fail_unless(fb.binary("xori", overflow, fb.const(True, I1), I1), abi.EXC_OVERFLOW,
-                    f"{what}: integer result does not fit in 64 bits (compiled code computes ints as int64)")
+        fail_unless(fb.not_(overflow), abi.EXC_OVERFLOW, too_wide)
         return value
     fail_unless(fb.cmp("ne", b, fb.const(0)), abi.EXC_ZERO_DIVISION, "integer division or modulo by zero")
     # INT64_MIN // -1 is the one quotient that does not fit (and traps like a division by zero).
     wraps = fb.binary("andi", fb.cmp("eq", a, fb.const(INT64_MIN)), fb.cmp("eq", b, fb.const(-1)), I1)
-    fail_unless(fb.binary("xori", wraps, fb.const(True, I1), I1), abi.EXC_OVERFLOW,
-                f"{what}: integer result does not fit in 64 bits (compiled code computes ints as int64)")
+    fail_unless(fb.not_(wraps), abi.EXC_OVERFLOW, too_wide)
     if op == "mod":
         return python_mod(fb, a, b)
     return fb.binary(op, a, b)
@@ -102,7 +101,7 @@ class SymbolicIntLowering:
         if isinstance(expr, sympy.Or):
             return self._fold("ori", [self.bool_expr(a) for a in expr.args], I1)
         if isinstance(expr, sympy.Not):
-            return fb.binary("xori", self.bool_expr(expr.args[0]), fb.const(True, I1), I1)
+            return fb.not_(self.bool_expr(expr.args[0]))
         raise exc.LoweringError(f"cannot lower symbolic condition {expr} ({type(expr).__name__})")
 
     def _fold_checked(self, op: str, values: list[str], expr: sympy.Basic) -> str:
