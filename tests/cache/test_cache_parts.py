@@ -201,3 +201,29 @@ def test_lookup_key_covers_the_default_device() -> None:
         elsewhere = lookup_key(fn, ["x"], 1, "runtime.so", facts, Dynamism())
     assert here != elsewhere
     assert here == lookup_key(fn, ["x"], 1, "runtime.so", facts, Dynamism())
+
+
+def test_inaccessible_reservations_are_not_taken_for_addresses() -> None:
+    """A PROT_NONE reservation (the CUDA driver reserves one at 0x200000000) holds no object compiled code could
+    use, so integers that fall into it are not flagged; an address in readable memory still is."""
+    import ctypes
+    import struct
+
+    from trident.cache.native_library import baked_addresses
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    map_private_anonymous = 0x02 | 0x20
+    reserved = libc.mmap(None, 1 << 20, 0, map_private_anonymous, -1, 0)  # PROT_NONE
+    readable = libc.mmap(None, 1 << 20, 0x1 | 0x2, map_private_anonymous, -1, 0)  # PROT_READ | PROT_WRITE
+    assert ctypes.c_void_p(-1).value not in (reserved, readable) and reserved and readable
+    try:
+        inside_reservation = struct.pack("<Q", reserved + 8)
+        inside_readable = struct.pack("<Q", readable + 8)
+        assert baked_addresses(b"\x00" * 8 + inside_reservation, []) == []
+        assert baked_addresses(b"\x00" * 8 + inside_readable, []) == [readable + 8]
+    finally:
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.munmap(ctypes.c_void_p(reserved), 1 << 20)
+        libc.munmap(ctypes.c_void_p(readable), 1 << 20)

@@ -223,10 +223,6 @@ def test_triton_launches_are_not_persisted(disk_cache: Path, caplog: pytest.LogC
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN BUG, seen on the H200 (2026-12-03): the CUDA specialization was compiled but not stored (stores "
-    "count unchanged); the 'disk cache: not persisted: <why>' line of the assertion's explain text was not "
-    "captured and the device time ran out before it could be diagnosed. CPU round trips pass."))
 def test_cuda_aten_specialization_round_trips(disk_cache: Path) -> None:
     """ATen ops on CUDA tensors (no Triton): persisted, loaded, and run on this process's CUDA weights."""
     weight = torch.randn(16, 16, device="cuda")

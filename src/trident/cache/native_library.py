@@ -9,7 +9,7 @@ only loaded by processes using that same runtime file.
 
 No process addresses: generated code reads everything process-specific from its context table (see
 csrc/trident_runtime.h). `baked_addresses` checks it on every library before it is stored: no 8-byte window of
-the file may equal an address of a live object the specialization uses, nor fall into a region mapped in
+the file may equal an address of a live object the specialization uses, nor fall into a readable region mapped in
 this process above 4 GiB (heap, libraries, Python objects). Below 4 GiB values are too often plain integers
 (sizes in guards) to be told apart from the few addresses a non-PIE Python maps there.
 
@@ -53,10 +53,16 @@ def link_shared_library(native: NativeModule, runtime_library: str) -> bytes:
 
 
 def _mapped_regions() -> list[tuple[int, int]]:
+    """Readable mappings only: an address compiled code could use points at memory it reads. Inaccessible
+    mappings are address-space reservations, such as the CUDA driver's at 0x200000000 (many GiB wide), where
+    plain integers of generated code (packed tags and sizes: 2 << 32) would otherwise look like addresses."""
     regions = []
     with open("/proc/self/maps") as maps:
         for line in maps:
-            start, _, end = line.partition(" ")[0].partition("-")
+            span, _, rest = line.partition(" ")
+            if not rest.startswith("r"):
+                continue
+            start, _, end = span.partition("-")
             regions.append((int(start, 16), int(end, 16)))
     return regions
 
