@@ -29,7 +29,7 @@ from ..capture.trace import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-3\n"
+MAGIC = b"TRIDENT-SPEC-4\n"
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -45,6 +45,8 @@ class ConstantRecipe:
     kind "tensor":   the tensor reached first at `path` by walking the record's roots (a live tensor the function
                      read: weights, buffers, globals; passed by reference as in the compiling process);
     kind "created":  a small tensor the trace itself created (a torch.tensor literal), stored by value in `data`;
+    kind "view":     a view of an earlier constant made at capture (capture/constant_views.py), made again from
+                     `path` = (base constant index, sizes, strides, storage offset);
     kind "argument": the object of this call at argument path `path` (param, items), guarded by identity;
     kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output."""
 

@@ -282,6 +282,9 @@ def _resolve_constants(
             if tensor is None:
                 raise _Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
             constants.append(tensor)
+        elif recipe.kind == "view":
+            base, sizes, strides, offset = recipe.path
+            constants.append(constants[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
         elif recipe.kind == "created":
             constants.append(recipe.created_tensor())
         elif recipe.kind == "argument":
@@ -381,7 +384,10 @@ def _constant_recipes(
         if i < len(trace.constants):
             assert isinstance(obj, torch.Tensor)
             path = tensor_paths.get(id(obj))
-            if path is not None:
+            if i in trace.derived_constants:  # a view of an earlier constant made at capture: made again
+                layout = (tuple(obj.shape), tuple(obj.stride()), obj.storage_offset())
+                recipes.append(ConstantRecipe("view", (trace.derived_constants[i], *layout)))
+            elif path is not None:
                 recipes.append(ConstantRecipe("tensor", path))
             elif i in trace.created_constants:
                 if obj.numel() > CREATED_CONSTANT_LIMIT:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import sympy
 import torch
 
+from .constant_views import byte_distance
 from .inputs import ALIGNMENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact
 from .trace import Trace
 
@@ -114,6 +115,19 @@ class GlobalStateGuard:
         return f"global state: {describe_global_state(self.state)}"
 
 
+@dataclasses.dataclass(frozen=True)
+class DerivedConstantGuard:
+    """Constant `index` is a view of constant `base` made at capture (capture/constant_views.py): it is still
+    `distance` bytes from the base's data pointer, i.e. the base was not pointed at other memory since."""
+
+    index: int
+    base: int
+    distance: int
+
+    def describe(self) -> str:
+        return f"constant #{self.index}: a view of constant #{self.base} made at capture, at its data + {self.distance} bytes"
+
+
 @dataclasses.dataclass
 class GuardSet:
     sequences: list[SequenceGuard]
@@ -125,6 +139,7 @@ class GuardSet:
     relations: list[RelationGuard]
     global_state: GlobalStateGuard
     identity_objects: list[object]  # held by the context, compared by address natively
+    derived: list[DerivedConstantGuard] = dataclasses.field(default_factory=list)
 
     def symbols(self) -> dict[sympy.Symbol, SymbolBinding]:
         return {b.symbol: b for b in self.bindings}
@@ -213,6 +228,10 @@ def build_guards(facts: CallFacts, trace: Trace) -> GuardSet:
     from .inputs import tensor_fact
 
     for i, (constant, fake) in enumerate(zip(trace.constants, trace.fake_constants)):
+        if i in trace.derived_constants:  # Trident's own view: only its base can change
+            base = trace.derived_constants[i]
+            guards.derived.append(DerivedConstantGuard(i, base, byte_distance(constant, trace.constants[base])))
+            continue
         path = LeafPath(-1, (i,), f"constant #{i} {tuple(constant.shape)}")
         fact = tensor_fact(constant)
         if fact is None:
@@ -315,6 +334,9 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
         ):
             if expected != got:
                 return f"{where}: {name} mismatch: expected {expected}, got {got}"
+    for dg in guards.derived:
+        if byte_distance(constants[dg.index], constants[dg.base]) != dg.distance:  # type: ignore[arg-type]
+            return f"constant #{dg.base} was pointed at other memory since constant #{dg.index} was made as its view"
     for sg in guards.scalars:
         value = leaf_value(sg.path, args, constants)
         if classify(value) is not sg.kind:
@@ -400,6 +422,7 @@ def describe_guards(guards: GuardSet) -> list[str]:
         key = (g.path.param, g.path.items)
         lines.append(f"{g.path.name}: int == {fixed_ints[key]}" if key in fixed_ints else g.describe())
     lines += [g.describe() for g in guards.identities]
+    lines += [g.describe() for g in guards.derived]
     for b in guards.bindings:
         if b.prop == "int":
             lines.append(f"{b.symbol} = {_property_name(b.path, b.prop, b.dim)}")

@@ -41,6 +41,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.overrides import TorchFunctionMode
 
 from .. import exc
+from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 
 
@@ -88,6 +89,8 @@ class Trace:
     # Indices into `constants` of tensors the trace created itself (torch.tensor literals), as opposed to live
     # tensors the function read: the disk cache (trident.cache) stores the former by value, re-resolves the latter.
     created_constants: frozenset[int] = frozenset()
+    # Constants that are views of other constants, made at capture (constant_views.py): index -> base index.
+    derived_constants: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 _state = threading.local()
@@ -372,7 +375,8 @@ def trace_function(
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     _split_size_lists(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
-    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created)
+    derived = fold_constant_views(gm, len(traced), constants, fake_constants)
+    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived)
 
 
 def _flatten_output(

@@ -65,6 +65,13 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         fb.check(fb.all_of(conditions))
         metas[(tg.path.param, tg.path.items)] = meta
 
+    for dg in guards.derived:  # after the tensor guards: the base's meta is read (and it is a tensor)
+        meta = fb.alloca(abi.META_FIELDS, I64, "derived")
+        fb.call(abi.READ_TENSOR, [access.constant(dg.index), meta])  # Trident's own tensor: always readable
+        base_meta = metas[(-1, (dg.base,))]
+        distance = fb.binary("subi", fb.load(fb.gep(meta, abi.META_DATA_PTR)), fb.load(fb.gep(base_meta, abi.META_DATA_PTR)))
+        fb.check(fb.cmp("eq", distance, fb.const(dg.distance)))
+
     for scalar in guards.scalars:
         _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
 
