@@ -272,6 +272,12 @@ class JitFunction:
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
             lines += [f"    {describe_launch_site(site)}" for site in spec.compiled.launch_sites]
+            pool = spec.compiled.buffer_pool
+            if pool is not None:
+                lines.append(
+                    f"    buffer pool: {pool.sites} allocation site(s), {pool.reuses} reuse(s), {pool.allocations} "  # type: ignore[attr-defined]
+                    f"allocation(s), {pool.held_bytes} bytes kept (limit {pool.limit_bytes})"  # type: ignore[attr-defined]
+                )
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")
         if self.last_miss_reason is not None:

@@ -49,6 +49,9 @@ class Knobs:
     # TRIDENT_DISK_CACHE_MAX_MB: size limit of the specialization cache; past it, the least recently used
     # specializations are evicted (default 1024).
     disk_cache_max_mb: float = 1024.0
+    # TRIDENT_BUFFER_POOL_MB: each specialization keeps up to this many MB of its intermediate buffers between
+    # calls and reuses them when nothing else holds them (csrc/buffer_pool.cpp); 0 allocates every call.
+    buffer_pool_mb: float = 256.0
 
 
 def _read() -> Knobs:
@@ -64,6 +67,7 @@ def _read() -> Knobs:
         disk_cache=_flag_on_unless_off("TRIDENT_DISK_CACHE"),
         disk_cache_dir=Path(disk_dir) if disk_dir else None,
         disk_cache_max_mb=float(os.environ.get("TRIDENT_DISK_CACHE_MAX_MB", "1024")),
+        buffer_pool_mb=float(os.environ.get("TRIDENT_BUFFER_POOL_MB", "256")),
     )
 
 
@@ -76,6 +80,8 @@ KNOB_DOCS = {
     "TRIDENT_DISK_CACHE": "0 turns off the on-disk cache of compiled specializations (warm start; default on)",
     "TRIDENT_DISK_CACHE_DIR": "where compiled specializations persist (default <TRIDENT_CACHE_DIR>/specializations)",
     "TRIDENT_DISK_CACHE_MAX_MB": "size limit of that cache in MB; least recently used entries go first (default 1024)",
+    "TRIDENT_BUFFER_POOL_MB": "intermediate buffers each specialization keeps for reuse between calls, in MB "
+    "(default 256; 0: allocate every call)",
 }
 
 knobs = _read()

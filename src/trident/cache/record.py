@@ -29,7 +29,7 @@ from ..capture.trace import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-4\n"
+MAGIC = b"TRIDENT-SPEC-5\n"
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -48,7 +48,8 @@ class ConstantRecipe:
     kind "view":     a view of an earlier constant made at capture (capture/constant_views.py), made again from
                      `path` = (base constant index, sizes, strides, storage offset);
     kind "argument": the object of this call at argument path `path` (param, items), guarded by identity;
-    kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output."""
+    kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output;
+    kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites."""
 
     kind: str
     path: tuple[Any, ...] = ()

@@ -38,6 +38,7 @@ from ..capture.guards import GuardSet, first_failure, leaf_value
 from ..capture.inputs import CallFacts, LeafPath
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
+from ..runtime import load_runtime
 from ..lowering.pipeline import CompiledSpecialization
 from . import code_deps, store
 from .fingerprint import StateWalk, Unfingerprintable, format_path
@@ -292,6 +293,8 @@ def _resolve_constants(
             constants.append(leaf_value(LeafPath(param, items, ""), values, []))
         elif recipe.kind == "value":
             constants.append(recipe.value)
+        elif recipe.kind == "buffer_pool":
+            constants.append(load_runtime().BufferPool(recipe.value, int(knobs.buffer_pool_mb * 2**20)))
         else:
             raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
     return constants
@@ -318,6 +321,7 @@ def _install(
         guard_address=guard_address, run_address=run_address, native=library,  # type: ignore[arg-type]
         ops=list(record.ops), aten_calls=list(record.aten_calls), constants=constants, stages={},
         guard_symbol=record.guard_symbol, run_symbol=record.run_symbol,
+        buffer_pool=next((c for c in constants if type(c).__name__ == "BufferPool"), None),
     )  # fmt: skip
     # A loaded specialization has no graph: only what explain and first_failure read (its constants, outputs).
     trace_constants = constants[: record.n_trace_constants]
@@ -409,6 +413,8 @@ def _constant_recipes(
             recipes.append(ConstantRecipe("argument", identity_paths[id(obj)]))
         elif type(obj) in SCALAR_TYPES:
             recipes.append(ConstantRecipe("value", value=obj))
+        elif type(obj).__name__ == "BufferPool":  # a new process starts with empty pools, of its own limit
+            recipes.append(ConstantRecipe("buffer_pool", value=obj.sites))  # type: ignore[attr-defined]
         else:
             kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
             return [], f"its context holds a {kind}, which has no persisted form"

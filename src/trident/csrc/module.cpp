@@ -224,16 +224,21 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   ctx.tp_traverse = context_traverse;
   ctx.tp_clear = context_clear;
   ctx.tp_getset = context_getset;
-  if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type() || !trident::ready_triton_launch_type()) return nullptr;
+  if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type() || !trident::ready_triton_launch_type() ||
+      !trident::ready_buffer_pool_type()) {
+    return nullptr;
+  }
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
   Py_INCREF(&trident::ContextType);
   Py_INCREF(&trident::EntryType);
   Py_INCREF(&trident::TritonLaunchType);
+  Py_INCREF(&trident::BufferPoolType);
   if (PyModule_AddObject(module, "Context", reinterpret_cast<PyObject*>(&trident::ContextType)) < 0 ||
       PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0 ||
-      PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0) {
+      PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0 ||
+      PyModule_AddObject(module, "BufferPool", reinterpret_cast<PyObject*>(&trident::BufferPoolType)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

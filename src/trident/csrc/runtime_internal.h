@@ -53,6 +53,14 @@ bool ready_triton_launch_type();
 PyObject* init_cuda(PyObject* module, PyObject* args);
 PyObject* kernel_launch_error_type();
 
+/* triton_launch.cpp: torch's current CUDA stream on a device and whether it is capturing a CUDA graph; false
+ * before init_cuda succeeded or when the driver cannot tell. */
+bool current_cuda_stream(int32_t device_index, void** stream, bool* capturing);
+
+/* buffer_pool.cpp: the BufferPool type (a specialization's intermediate buffers, kept between calls). */
+extern PyTypeObject BufferPoolType;
+bool ready_buffer_pool_type();
+
 /* module.cpp: the C struct inside a Context object (for Entry.add_spec, which keeps the object alive). */
 TridentSpecContext* context_struct(PyObject* context);
 

@@ -191,6 +191,17 @@ TRIDENT_API int32_t trident_python_call(PyObject* callable, const int64_t* args,
  * names the kernel and the CUDA error, or the fallback's exception stays set. */
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch, const int64_t* args, int64_t nargs);
 
+/* An uninitialized tensor for allocation site `site` of a BufferPool (borrowed, from the context's constants):
+ * the buffer the site made in an earlier call when nothing else references it and it fits (buffer_pool.cpp
+ * says when exactly), else a new one from ATen. New owned handle in *out.
+ * trident_pool_empty: `ndim` sizes, and strides (NULL: contiguous), dtype a c10::ScalarType, device a code as
+ * TRIDENT_TAG_DEVICE values. trident_pool_empty_like: as at::empty_like(like) in preserve format; dtype and
+ * device -1 take like's. */
+TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
+                                       int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out);
+TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
+                                            int64_t device, AtenTensorHandle* out);
+
 /* ---------------------------------------------------------------------------------------------------
  * Errors.
  */

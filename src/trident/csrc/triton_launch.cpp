@@ -39,6 +39,7 @@ using cuLaunchKernel_t = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, 
 using cuCtxGetCurrent_t = CUresult (*)(CUcontext*);
 using cuGetErrorName_t = CUresult (*)(CUresult, const char**);
 using cuGetErrorString_t = CUresult (*)(CUresult, const char**);
+using cuStreamIsCapturing_t = CUresult (*)(CUstream, int*);  // CUstreamCaptureStatus: 0 = not capturing
 using current_stream_t = int32_t (*)(int32_t device_index, void** stream);  // aoti_torch_get_current_cuda_stream
 
 struct CudaApi {
@@ -46,6 +47,7 @@ struct CudaApi {
   cuCtxGetCurrent_t current_context = nullptr;
   cuGetErrorName_t error_name = nullptr;
   cuGetErrorString_t error_string = nullptr;
+  cuStreamIsCapturing_t is_capturing = nullptr;
   current_stream_t current_stream = nullptr;
 };
 
@@ -458,7 +460,8 @@ PyObject* trident::init_cuda(PyObject*, PyObject* args) {
   }
   CudaApi api;
   if (!resolve(driver, "cuLaunchKernel", &api.launch) || !resolve(driver, "cuCtxGetCurrent", &api.current_context) ||
-      !resolve(driver, "cuGetErrorName", &api.error_name) || !resolve(driver, "cuGetErrorString", &api.error_string)) {
+      !resolve(driver, "cuGetErrorName", &api.error_name) || !resolve(driver, "cuGetErrorString", &api.error_string) ||
+      !resolve(driver, "cuStreamIsCapturing", &api.is_capturing)) {
     return PyErr_Format(PyExc_RuntimeError, "libcuda.so.1 lacks a driver entry point Trident needs");
   }
   if (!resolve(torch_cuda, "aoti_torch_get_current_cuda_stream", &api.current_stream)) {
@@ -466,6 +469,16 @@ PyObject* trident::init_cuda(PyObject*, PyObject* args) {
   }
   cuda = api;
   Py_RETURN_NONE;
+}
+
+bool trident::current_cuda_stream(int32_t device_index, void** stream, bool* capturing) {
+  int status = 0;
+  if (cuda.current_stream == nullptr || cuda.current_stream(device_index, stream) != 0 ||
+      cuda.is_capturing(*stream, &status) != 0) {
+    return false;
+  }
+  *capturing = status != 0;
+  return true;
 }
 
 extern "C" {

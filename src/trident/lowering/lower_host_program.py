@@ -6,6 +6,7 @@ Each torch op becomes native code, in program order:
   aten.size.int / stride.int              -> runtime reads of the tensor's metadata
   prim.NumToTensor.Scalar                 -> a wrapped-number scalar tensor, as eager's argument parser makes
   trident.triton_launch.<i>               -> trident_triton_launch (CUDA) / trident_python_call (CPU interpreter)
+  aten.empty / empty_like / empty_strided -> trident_pool_empty* (a kept buffer when safe; pooled_allocations.py)
   every other ATen op                     -> trident_op_call through the dispatcher (boxed)
   func.return                             -> Python results built natively (tuples, lists, scalars)
 
@@ -26,6 +27,7 @@ from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
+from .pooled_allocations import emit_pooled, pool_kind
 from .symbolic_ints import checked_int_op
 from ..runtime.triton_native import make_native_launch
 from ..runtime.typed_ops import typed_symbol
@@ -116,6 +118,7 @@ class HostProgramLowering:
         pool: ConstantPool,
         ops: OpTable,
         launches: Sequence[object] = (),
+        pool_limit_bytes: int = 0,
     ) -> None:
         self.fb = FunctionBuilder(
             module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
@@ -132,6 +135,9 @@ class HostProgramLowering:
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
+        self.pool_limit_bytes = pool_limit_bytes  # 0: no allocation goes through a BufferPool
+        self.buffer_pool: object | None = None  # the BufferPool of pooled allocations (pooled_allocations.py)
+        self._pool_sites = 0
 
     # -- driver ---------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -154,6 +160,8 @@ class HostProgramLowering:
         self.owned.finish()
         self.temps.finish()
         self.fb.finish()
+        if self.buffer_pool is not None:
+            self.buffer_pool.reserve(self._pool_sites)  # type: ignore[attr-defined]
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def _placeholder(self, source: PlaceholderSource) -> _Lowered:
@@ -309,6 +317,10 @@ class HostProgramLowering:
         fb = self.fb
         name, overload = aten_name(op)
         self.aten_calls.append(f"{name}.{overload}" if overload else name)
+        kind = pool_kind(op, aten_name) if self.pool_limit_bytes > 0 else None
+        if kind is not None:
+            self._pooled_allocation(op, kind)
+            return
         args = self._encode_operands(op)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
@@ -358,6 +370,27 @@ class HostProgramLowering:
         status = fb.call(extern, [callee, args, fb.const(len(op.operands))])
         assert status is not None
         fb.check_zero(status)
+
+    def _pooled_allocation(self, op: ir.Operation, kind: str) -> None:
+        if self.buffer_pool is None:
+            from ..runtime import load_runtime
+
+            self.buffer_pool = load_runtime().BufferPool(0, self.pool_limit_bytes)
+        pool = self.access.constant(self.pool.add(self.buffer_pool))
+        handle = emit_pooled(
+            self.fb, kind, op, pool, self._pool_sites, self._int_list_pointer, lambda v: self.values[v].ssa,
+            _device_code,
+        )  # fmt: skip
+        self._pool_sites += 1
+        self.values[op.results[0]] = self._own(handle)
+
+    def _int_list_pointer(self, operand: ir.Value) -> str:
+        """A stack array of a list-of-ints operand's items."""
+        items = self.values[operand].items
+        array = self.fb.alloca(len(items), I64, "ints")
+        for i, item in enumerate(items):
+            self.fb.store(self._int_of(item), I64, self.fb.gep(array, i))
+        return array
 
     def _encode_operands(self, op: ir.Operation) -> str:
         """A stack array of the op's operands as (tag, value) pairs, the runtime's argument encoding."""

@@ -1,0 +1,131 @@
+"""Which allocations of a host program go through the specialization's BufferPool, and the calls for them.
+
+`empty`, `empty_like` and `empty_strided` (what Triton-calling code allocates its kernels' outputs with) are
+lowered to trident_pool_empty / trident_pool_empty_like with a site index each: the runtime hands out the
+buffer that site made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp
+says when). Only the plain forms are pooled, decided from the op's literal arguments: a dtype given (or,
+for empty_like, taken from the input), strided layout, no pinned memory, the contiguous (empty) or preserve
+(empty_like) memory format, a device given with its index. A result the function returns is not pooled:
+the caller keeps it, so the site could never reuse it and would only keep the memory alive (followed
+through views and in-place results; what this misses — a custom op keeping its input — the runtime's
+reference counts still catch).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch_mlir import ir
+
+from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
+
+POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
+POOL_EMPTY_LIKE = Extern("trident_pool_empty_like", (PTR, I64, PTR, I64, I64, PTR), I32)
+
+_DYNAMIC = object()  # an argument not fixed at compile time
+_CONTIGUOUS, _PRESERVE = 0, 1  # c10::MemoryFormat
+_STRIDED = 0  # c10::Layout
+
+
+def literal(value: ir.Value) -> object:
+    """The compile-time value of a torch.constant.* operand (None for torch.constant.none), else _DYNAMIC."""
+    owner = value.owner
+    name = getattr(owner, "name", None)
+    if name == "torch.constant.none":
+        return None
+    if name in ("torch.constant.int", "torch.constant.bool", "torch.constant.device"):
+        attr = owner.attributes["value"]  # type: ignore[union-attr]
+        if name == "torch.constant.int":
+            return ir.IntegerAttr(attr).value
+        return ir.BoolAttr(attr).value if name == "torch.constant.bool" else ir.StringAttr(attr).value
+    return _DYNAMIC
+
+
+def _device_given(value: object) -> bool:
+    """A literal device the runtime can compare: "cpu", or CUDA with its index."""
+    if not isinstance(value, str):
+        return False
+    device = torch.device(value)
+    return device.type == "cpu" or (device.type == "cuda" and device.index is not None)
+
+
+def _aliases_an_operand(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> bool:
+    """Whether op's tensor result may share memory with an operand: a view, an in-place op, or an op whose
+    schema is not known here (assumed to)."""
+    if op.name.startswith("torch.prim."):
+        return op.name == "torch.prim.ListConstruct"  # a list returned holds its items
+    if op.name == "torch.operator" or not op.name.startswith("torch.aten."):
+        return True
+    name, overload = aten_name(op)
+    try:
+        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
+    except AttributeError:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def escapes(value: ir.Value, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> bool:
+    """Whether the function returns `value`, or a view or in-place result of it (the caller would keep it)."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        for use in v.uses:
+            user = use.owner.operation  # the generic Operation: an OpView's `name` may be an attribute's
+            if user.name == "func.return":
+                return True
+            if user not in seen and _aliases_an_operand(user, aten_name):
+                seen.add(user)
+                pending.extend(user.results)
+    return False
+
+
+def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> str | None:
+    """"empty", "empty_strided" or "empty_like" when this op's allocation can come from the pool, else None."""
+    if op.name not in ("torch.aten.empty.memory_format", "torch.aten.empty_strided", "torch.aten.empty_like"):
+        return None
+    if escapes(op.results[0], aten_name):
+        return None
+    args = [literal(v) for v in op.operands]
+    if op.name == "torch.aten.empty_like":
+        _, dtype, layout, device, pin, memory_format = args
+        kind = "empty_like"  # dtype and device may be left to the input's
+        ok = (dtype is None or isinstance(dtype, int)) and (device is None or _device_given(device))
+        ok = ok and memory_format in (None, _PRESERVE)
+    else:  # the dtype and device must be given: the defaults are process settings, not compiled in
+        if op.name == "torch.aten.empty.memory_format":
+            _, dtype, layout, device, pin, memory_format = args
+            kind, format_ok = "empty", memory_format in (None, _CONTIGUOUS)
+        else:
+            _, _, dtype, layout, device, pin = args
+            kind, format_ok = "empty_strided", True
+        ok = isinstance(dtype, int) and _device_given(device) and format_ok
+    return kind if ok and layout in (None, _STRIDED) and pin in (None, False) else None
+
+
+def emit_pooled(
+    fb: FunctionBuilder, kind: str, op: ir.Operation, pool: str, site: int, int_array: Callable[[ir.Value], str],
+    operand_ssa: Callable[[ir.Value], str], device_code: Callable[[str], int],
+) -> str:
+    """Emit the pool call for `op`; returns the status (i32) and leaves the owned handle in the returned slot.
+
+    int_array(list operand) -> pointer to its ints; operand_ssa(operand) -> its lowered SSA value."""
+    out = fb.alloca(1, PTR, "pooled")
+    args = [literal(v) for v in op.operands]
+    if kind == "empty_like":
+        dtype, device = args[1], args[3]
+        status = fb.call(POOL_EMPTY_LIKE, [
+            pool, fb.const(site), operand_ssa(op.operands[0]), fb.const(-1 if dtype is None else dtype),  # type: ignore[arg-type]
+            fb.const(-1 if device is None else device_code(device)), out,  # type: ignore[arg-type]
+        ])  # fmt: skip
+    else:
+        sizes = op.operands[0]
+        rank = len(list(sizes.owner.operands))  # type: ignore[union-attr]  # a prim.ListConstruct
+        strides = int_array(op.operands[1]) if kind == "empty_strided" else fb.null()
+        dtype, device = (args[2], args[4]) if kind == "empty_strided" else (args[1], args[3])
+        status = fb.call(POOL_EMPTY, [
+            pool, fb.const(site), int_array(sizes), strides, fb.const(rank), fb.const(dtype),  # type: ignore[arg-type]
+            fb.const(device_code(device)), out,  # type: ignore[arg-type]
+        ])  # fmt: skip
+    assert status is not None
+    fb.check_zero(status)
+    return fb.load(out, PTR)

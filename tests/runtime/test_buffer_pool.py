@@ -1,0 +1,217 @@
+"""Intermediate buffers kept between calls (csrc/buffer_pool.cpp, lowering/pooled_allocations.py): reused
+only when nothing else references them, never for results, within the size limit; results equal eager's."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import trident
+from trident.knobs import override
+
+
+def _pool(jitted: object) -> object:
+    return jitted._trident.specializations[-1].compiled.buffer_pool  # type: ignore[attr-defined]
+
+
+def scaled(x, y):  # type: ignore[no-untyped-def]
+    tmp = torch.empty_like(x)
+    tmp.copy_(x * 2)
+    rows = torch.empty((x.shape[0], 4), dtype=torch.float32, device=x.device)
+    rows.fill_(0.5)
+    return tmp + y + rows.sum()
+
+
+def test_intermediates_are_reused_across_calls() -> None:
+    jitted = trident.jit(scaled)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.no_grad():
+        for _ in range(5):
+            torch.testing.assert_close(jitted(x, y), scaled(x, y))
+    pool = _pool(jitted)
+    assert pool.sites == 2  # type: ignore[attr-defined]
+    assert (pool.allocations, pool.reuses) == (2, 8)  # type: ignore[attr-defined]
+    assert pool.held_bytes == 2 * 16 * 4  # type: ignore[attr-defined]
+
+
+def test_results_are_never_pooled() -> None:
+    def fresh(x):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        return out.copy_(x + 1)
+
+    jitted = trident.jit(fresh)
+    x = torch.randn(8)
+    with torch.no_grad():
+        first, second = jitted(x), jitted(x)
+    assert first.data_ptr() != second.data_ptr()
+    assert _pool(jitted) is None
+
+
+def test_views_and_in_place_results_returned_are_not_pooled() -> None:
+    def window(x):  # type: ignore[no-untyped-def]
+        tmp = torch.empty_like(x)
+        return tmp.copy_(x * 3)[1:]
+
+    jitted = trident.jit(window)
+    with torch.no_grad():
+        kept = jitted(torch.ones(6))
+        torch.testing.assert_close(jitted(torch.full((6,), 2.0)), torch.full((5,), 6.0))
+    torch.testing.assert_close(kept, torch.full((5,), 3.0))
+    assert _pool(jitted) is None
+
+
+_stashed: list[torch.Tensor] = []
+_library = torch.library.Library("trident_pool_test", "DEF")
+_library.define("stash(Tensor x) -> Tensor")
+
+
+def _stash(x: torch.Tensor) -> torch.Tensor:
+    """Keeps its input (a pooled buffer) where compiled code cannot see it, and lets other threads run."""
+    _stashed.append(x)
+    threading.Event().wait(0.0005)  # releases the GIL mid-call: another thread's call of the same code overlaps
+    return x * 1
+
+
+_library.impl("stash", _stash, "CPU")
+_library.impl("stash", lambda x: torch.empty_like(x), "Meta")
+
+
+def stashing(x):  # type: ignore[no-untyped-def]
+    tmp = torch.empty_like(x)
+    tmp.copy_(x * 2)
+    return torch.ops.trident_pool_test.stash(tmp) + 1
+
+
+def test_a_buffer_held_elsewhere_is_not_handed_out_again() -> None:
+    """What escape analysis cannot see (a custom op keeping its input), reference counts do."""
+    _stashed.clear()
+    jitted = trident.jit(stashing)
+    with torch.no_grad():
+        for value in (1.0, 2.0, 3.0):
+            torch.testing.assert_close(jitted(torch.full((4,), value)), torch.full((4,), 2 * value + 1))
+        assert [float(t[0]) for t in _stashed] == [2.0, 4.0, 6.0]  # none overwritten by a later call
+        assert _pool(jitted).reuses == 0  # type: ignore[attr-defined]
+        _stashed.clear()  # let go: the buffer the site keeps comes back
+        jitted(torch.full((4,), 1.0))
+        jitted(torch.full((4,), 1.0))
+    assert _pool(jitted).reuses == 1  # type: ignore[attr-defined]
+    _stashed.clear()
+
+
+def test_overlapping_calls_in_threads_get_their_own_buffers() -> None:
+    jitted = trident.jit(stashing)
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        with torch.no_grad():
+            for i in range(100):
+                x = torch.full((64,), float(seed * 1000 + i))
+                if not torch.equal(jitted(x), x * 2 + 1):
+                    failures.append(f"thread {seed} call {i}")
+                _stashed.clear()
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_changed_sizes_allocate_and_stay_correct() -> None:
+    jitted = trident.jit(scaled)
+    with torch.no_grad():
+        for n in (3, 5, 5, 9, 3):
+            x, y = torch.randn(n, 4), torch.randn(n, 4)
+            torch.testing.assert_close(jitted(x, y), scaled(x, y))
+
+
+def test_limit_bounds_what_is_kept() -> None:
+    with override(buffer_pool_mb=64 / 2**20):  # 64 bytes: one of the two 64-byte buffers fits
+        jitted = trident.jit(scaled)
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(jitted(x, y), scaled(x, y))
+    pool = _pool(jitted)
+    assert pool.held_bytes == 64 and pool.limit_bytes == 64  # type: ignore[attr-defined]
+    assert (pool.allocations, pool.reuses) == (4, 2)  # type: ignore[attr-defined]
+
+
+def test_off_allocates_every_call() -> None:
+    with override(buffer_pool_mb=0.0):
+        jitted = trident.jit(scaled)
+        with torch.no_grad():
+            jitted(torch.randn(4, 4), torch.randn(4, 4))
+    assert _pool(jitted) is None
+
+
+def test_a_failing_call_leaves_the_pool_usable() -> None:
+    def gather(x, index):  # type: ignore[no-untyped-def]
+        tmp = torch.empty_like(x)
+        tmp.copy_(x + 1)
+        return tmp.index_select(0, index) * 2
+
+    jitted = trident.jit(gather)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        jitted(x, torch.tensor([0, 4]))
+        with pytest.raises(IndexError):
+            jitted(x, torch.tensor([0, 7]))
+        torch.testing.assert_close(jitted(x, torch.tensor([4, 1])), gather(x, torch.tensor([4, 1])))
+    assert _pool(jitted).reuses == 2  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: streams and graph capture
+
+
+@pytest.mark.gpu
+def test_cuda_buffers_follow_the_stream() -> None:
+    """A buffer last used on one stream is not handed out on another (its kernels may still run there)."""
+    jitted = trident.jit(scaled)
+    x, y = torch.randn(256, 4, device="cuda"), torch.randn(256, 4, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.no_grad():
+        expected = scaled(x, y)
+        torch.testing.assert_close(jitted(x, y), expected)
+        torch.testing.assert_close(jitted(x, y), expected)
+        reuses = _pool(jitted).reuses  # type: ignore[attr-defined]
+        assert reuses == 2
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            on_side = jitted(x, y)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.testing.assert_close(on_side, expected)
+        assert _pool(jitted).reuses == reuses  # type: ignore[attr-defined]  # fresh buffers on the other stream
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_keeps_no_buffers() -> None:
+    jitted = trident.jit(scaled)
+    x, y = torch.randn(64, 4, device="cuda"), torch.randn(64, 4, device="cuda")
+    with torch.no_grad():
+        jitted(x, y)
+        held = _pool(jitted).held_bytes  # type: ignore[attr-defined]
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            jitted(x, y)  # warm-up on the capture stream, as torch.cuda.graph requires
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            out = jitted(x, y)
+        x.mul_(2)
+        graph.replay()
+        torch.testing.assert_close(out, scaled(x, y))
+        torch.testing.assert_close(jitted(x, y), scaled(x, y))
+    assert _pool(jitted).held_bytes == held  # type: ignore[attr-defined]
+
+
+def test_explain_reports_the_pool() -> None:
+    jitted = trident.jit(scaled)
+    with torch.no_grad():
+        for _ in range(3):
+            jitted(torch.randn(4, 4), torch.randn(4, 4))
+    assert "buffer pool: 2 allocation site(s), 4 reuse(s), 2 allocation(s), 128 bytes kept" in trident.explain(jitted)
