@@ -92,7 +92,9 @@ def test_a_buffer_held_elsewhere_is_not_handed_out_again() -> None:
             torch.testing.assert_close(jitted(torch.full((4,), value)), torch.full((4,), 2 * value + 1))
         assert [float(t[0]) for t in _stashed] == [2.0, 4.0, 6.0]  # none overwritten by a later call
         assert _pool(jitted).reuses == 0  # type: ignore[attr-defined]
+        assert _pool(jitted).references(0)[2] is False  # type: ignore[attr-defined]
         _stashed.clear()  # let go: the buffer the site keeps comes back
+        assert _pool(jitted).references(0)[2] is True  # type: ignore[attr-defined]
         jitted(torch.full((4,), 1.0))
         jitted(torch.full((4,), 1.0))
     assert _pool(jitted).reuses == 1  # type: ignore[attr-defined]

@@ -77,14 +77,18 @@ bool python_object_unreferenced(const Slot*, long) {
   return false;
 }
 
+// Whether `references` C++ references mean that nothing but the pool holds an object (a TensorImpl or its
+// StorageImpl): one, or two of which one is the object's own Python object, itself referenced only from C++.
+template <typename Impl>
+bool only_one_holder(const Impl* impl, size_t references) {
+  return references == 1 || (references == 2 && python_object_unreferenced(impl->pyobj_slot(), 0));
+}
+
 // Nothing outside the pool references the buffer's TensorImpl or its memory: no result, view, kept input of a
 // custom op, or call in flight in another thread.
 bool only_the_pool_holds(const at::Tensor& t) {
-  const auto references = t.use_count();
-  const bool unreferenced =
-      references == 1 ||
-      (references == 2 && python_object_unreferenced(t.unsafeGetTensorImpl()->pyobj_slot(), 0));
-  return unreferenced && t.storage().use_count() == 1;
+  return only_one_holder(t.unsafeGetTensorImpl(), t.use_count()) &&
+         only_one_holder(t.storage().unsafeGetStorageImpl(), t.storage().use_count());
 }
 
 bool fits(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype,
@@ -146,6 +150,19 @@ PyObject* pool_reserve(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// references(site) -> (TensorImpl references, storage references, whether only the pool holds it), or None
+// when the site keeps no buffer: why a site does not reuse (tests, debugging).
+PyObject* pool_references(PyObject* self, PyObject* arg) {
+  const Py_ssize_t site = PyLong_AsSsize_t(arg);
+  if (site < 0 || static_cast<size_t>(site) >= as_pool(self)->sites->size()) {
+    return PyErr_Occurred() ? nullptr : PyErr_Format(PyExc_IndexError, "BufferPool.references: no site %zd", site);
+  }
+  const at::Tensor& t = (*as_pool(self)->sites)[site].buffer;
+  if (!t.defined()) Py_RETURN_NONE;
+  return Py_BuildValue("(nnO)", static_cast<Py_ssize_t>(t.use_count()), static_cast<Py_ssize_t>(t.storage().use_count()),
+                       only_the_pool_holds(t) ? Py_True : Py_False);
+}
+
 PyObject* pool_clear(PyObject* self, PyObject*) {
   BufferPoolObject* pool = as_pool(self);
   for (PoolSite& site : *pool->sites) site = PoolSite();
@@ -161,6 +178,7 @@ PyObject* pool_allocations(PyObject* self, void*) { return PyLong_FromLongLong(a
 
 PyMethodDef pool_methods[] = {
     {"reserve", pool_reserve, METH_O, "reserve(n): at least n allocation sites (the lowering numbers them)"},
+    {"references", pool_references, METH_O, "references(site): (tensor refs, storage refs, only the pool holds it)"},
     {"clear", pool_clear, METH_NOARGS, "clear(): drop every kept buffer (they return to torch's allocator)"},
     {nullptr, nullptr, 0, nullptr},
 };
