@@ -120,16 +120,25 @@ class JitFunction:
             self.last_miss_reason = self._miss_reason(values, facts)
             if log_enabled("recompiles") and self.specializations:
                 log.warning("trident: recompiling '%s': %s", self.name, self.last_miss_reason)
-            spec = self._compile(values, facts)
+            spec, unpublished = self._compile(values, facts)
             if spec is None:
                 return self._run_eagerly(self.eager_reason or "not compiled", args, kwargs)
-        hit, result = self.entry.try_call(*args, **kwargs)
+        try:
+            hit, result = self.entry.try_call(*args, **kwargs)
+        except BaseException:
+            if unpublished is not None:  # a specialization whose first call fails is not worth a warm start
+                with self._lock:
+                    unpublished.abandon(spec, "its first call raised")
+            raise
         if not hit:
             reason = first_failure(spec.guards, values, spec.trace.constants)
             raise exc.LoweringError(
                 f"internal error: the specialization compiled for this call of '{self.name}' does not accept "
                 f"it ({reason}); please report this. TRIDENT_DISABLE=1 runs the function eagerly meanwhile"
             )
+        if unpublished is not None:  # now with the Triton variants that call compiled (warm_start.py)
+            with self._lock:
+                unpublished.publish(spec)
         return result
 
     def _eager_reason(self, facts: CallFacts) -> str | None:
@@ -187,12 +196,16 @@ class JitFunction:
         return reason
 
     # -- compiling ------------------------------------------------------------------------------------------
-    def _compile(self, values: Sequence[object], facts: CallFacts) -> Specialization | None:
+    def _compile(
+        self, values: Sequence[object], facts: CallFacts
+    ) -> tuple[Specialization | None, warm_start.Session | None]:
+        """The specialization for this call (None: run it eagerly), and the disk-cache session that publishes it
+        after its first call (None: published already, or loaded)."""
         global _compile_count
         self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
         persisted = warm_start.begin(self, values, facts)  # warm start: a specialization an earlier process stored
         if persisted.loaded is not None:
-            return persisted.loaded
+            return persisted.loaded, None
         start = time.perf_counter()
         try:
             with persisted.recording_code():
@@ -204,7 +217,7 @@ class JitFunction:
             # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
             # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.
             self.eager_reason = f"capturing '{self.name}' raised {type(e).__name__}; the call ran eagerly"
-            return None
+            return None, None
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
             # Remembered, so later calls with grad on run eagerly without tracing again.
             self._constants_require_grad = self.eager_reason = (
@@ -212,7 +225,7 @@ class JitFunction:
                 "Trident compiles inference only, so calls run eagerly. Call it under torch.no_grad() or "
                 "torch.inference_mode()"
             )
-            return None
+            return None, None
         guards = build_guards(facts, trace)
         index = len(self.specializations)
         compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
@@ -227,12 +240,16 @@ class JitFunction:
         self.specializations.append(spec)
         with _compile_count_lock:
             _compile_count += 1
-        persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)
+        if persisted.publishes_after_first_call(spec):
+            unpublished = persisted
+        else:
+            persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)
+            unpublished = None
         if log_enabled("compile"):
             log.warning("trident: compiled specialization %d of '%s' in %.1f ms", index, self.name, spec.compile_seconds * 1e3)
         if log_enabled("guards"):
             log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
-        return spec
+        return spec, unpublished
 
     def _call_args(self, values: Sequence[object]) -> tuple[list[object], dict[str, object]]:
         """Bound values as a call would pass them (keyword-only parameters by keyword): same slots."""

@@ -199,27 +199,61 @@ def test_capture_that_changes_closed_over_state_is_not_persisted(
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_triton_launches_are_not_persisted(disk_cache: Path, caplog: pytest.LogCaptureFixture, device: str) -> None:
-    """On CUDA a launch site is a native TritonLaunch holding this process's compiled variants; on CPU a recorded
-    launch run by Triton's interpreter. Neither is persisted: a new process compiles (and runs correctly)."""
-    triton = pytest.importorskip("triton")
-    from .kernels import add_kernel
+def test_kernel_defined_inside_a_function_is_not_persisted(
+    disk_cache: Path, caplog: pytest.LogCaptureFixture, device: str
+) -> None:
+    """Another process finds a kernel by module and name; a kernel made inside a function has neither. The
+    specialization is not persisted, explain says why, and a new trident.jit compiles (and runs correctly)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def local_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
     def fn(x, y):  # type: ignore[no-untyped-def]
         out = torch.empty_like(x)
-        add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+        local_add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
         return out * 2
 
     x, y = torch.randn(32, device=device), torch.randn(32, device=device)
     message = _not_persisted(fn, x, y, caplog=caplog)
-    assert "launches Triton kernel(s) add_kernel" in message
+    expected = "its launch of Triton kernel 'local_add_kernel' cannot be persisted: it is defined inside a function"
+    assert expected in message
     assert not list(disk_cache.rglob("*.spec"))
     with torch.no_grad(), count_compiles() as compiles:
         jitted = trident.jit(fn)
         result = jitted(x, y)
     assert compiles() == 1
     torch.testing.assert_close(result, (x + y) * 2)
-    assert "disk cache: not persisted: it launches Triton kernel(s) add_kernel" in trident.explain(jitted)
+    assert f"disk cache: not persisted: {expected}" in trident.explain(jitted)
+
+
+def test_a_specialization_whose_first_call_raises_is_not_persisted(disk_cache: Path) -> None:
+    """Specializations with Triton launches are published after their first call (with the variants it
+    compiled); one whose first call raises is not published."""
+    import triton
+
+    from .kernels import add_kernel
+
+    def fn(x, y, index):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+        return out.index_select(0, index)  # the index is checked when the call runs, not at capture
+
+    x, y = torch.randn(32), torch.randn(32)
+    before = counts()
+    jitted = trident.jit(fn)
+    with torch.no_grad(), pytest.raises(IndexError):
+        jitted(x, y, torch.tensor([40]))
+    assert counts()["stores"] == before["stores"] and counts()["not_persisted"] == before["not_persisted"] + 1
+    assert "disk cache: not persisted: its first call raised" in trident.explain(jitted)
+    assert not list(disk_cache.rglob("*.spec"))
+    with torch.no_grad():  # a call that succeeds uses the compiled specialization; nothing is published later
+        torch.testing.assert_close(jitted(x, y, torch.tensor([3])), (x + y)[[3]])
+    assert counts()["stores"] == before["stores"]
 
 
 @pytest.mark.gpu

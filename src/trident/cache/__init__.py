@@ -11,6 +11,10 @@ What is stored, per specialization (record.py, store.py):
   - how to rebuild that context: the operators to resolve, and for each constant a recipe: a provenance path
     from the function's roots for tensors it read (weights are re-resolved, never baked), the value of a
     tensor literal the trace created, the call's own object for identity-guarded arguments, or a scalar;
+  - for each Triton launch site (launch_sites.py): the launch's recorded arguments, where to find its kernel
+    by module and name, the kernel's Triton cache_key, and on CUDA the binaries of the variants Triton
+    compiled for it during the specialization's first call (it is stored after that call), so a loading
+    process launches them natively at once;
   - the guards and call facts (for explain, miss reasons and automatic dynamism), the output structure.
 
 When a stored specialization may be used (key.py, code_deps.py, fingerprint.py, provenance.py):
@@ -21,14 +25,17 @@ When a stored specialization may be used (key.py, code_deps.py, fingerprint.py, 
   - the Python state reachable from the function's roots has the same structural fingerprint (scalars by
     value, tensors by metadata, code by digest), and each constant's path leads to a tensor;
   - its guards accept the call, exactly as in the process that compiled it: sizes, strides, int values,
-    alignment, grad mode / autocast / default dtype, and the dtype, sizes and strides of every constant.
+    alignment, grad mode / autocast / default dtype, and the dtype, sizes and strides of every constant;
+  - each Triton kernel it launches is found by name and unchanged: its source and the @triton.jit functions
+    and constexpr globals it uses (Triton's cache_key), its decorators' settings, and Triton's
+    cache-invalidating environment variables.
 Any difference is a miss and the call compiles normally; TRIDENT_LOG=cache logs every decision, and
 trident.explain says of each specialization whether it was loaded, persisted, or why it was not persisted.
 
-Not persisted (logged under TRIDENT_LOG=cache): specializations that launch Triton kernels (their launch sites
-hold this process's kernel objects and the CUDA modules of their compiled variants; rebuilding them in another
-process is not implemented), ones that call torch.distributed collectives (process group names and sizes are
-this process's), ones whose constants cannot be found from the roots, ones whose capture changed
+Not persisted (logged under TRIDENT_LOG=cache): specializations that launch a Triton kernel another process
+cannot find by name (defined inside a function) or rebuild (an autotuner torch made around one with pruning or
+hooks), or whose first call raised; ones that call torch.distributed collectives (process group names and
+sizes are this process's), ones whose constants cannot be found from the roots, ones whose capture changed
 the state it reads, and ones whose capture ran code that cannot be found again by name.
 
 Not covered by the key or the fingerprint (a warm start trusts these to be as they were at capture):
@@ -72,8 +79,9 @@ def size_bytes() -> int:
     return store.size_bytes()
 
 
-def stats() -> dict[str, int]:
-    """This process's counts: lookups, loads, stores, not_persisted, rejected, corrupt, write_failures."""
+def stats() -> dict[str, float]:
+    """This process's counts: lookups, loads, stores, not_persisted, rejected, corrupt, write_failures,
+    triton_binaries_loaded, and triton_binary_load_ms."""
     from .warm_start import stats as counts
 
     return dataclasses.asdict(counts)

@@ -3,7 +3,8 @@
 A record holds what a new process needs to use the library without capture:
   - the library's file name and hash, and its two exported symbols (guard, run);
   - the operators resolved into the context (`ops`) and the ATen calls (for explain);
-  - one ConstantRecipe per context constant, in context order (how to get the object in the new process);
+  - one ConstantRecipe per context constant, in context order (how to get the object in the new process),
+    Triton launch sites included (launch_sites.py);
   - the GuardSet and CallFacts, stripped of live objects (for explain / first_failure and automatic dynamism);
   - the output structure;
   - the roots, their state fingerprint and the code dependencies (checked before loading).
@@ -29,7 +30,7 @@ from ..capture.trace import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-5\n"
+MAGIC = b"TRIDENT-SPEC-6\n"
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -49,7 +50,9 @@ class ConstantRecipe:
                      `path` = (base constant index, sizes, strides, storage offset);
     kind "argument": the object of this call at argument path `path` (param, items), guarded by identity;
     kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output;
-    kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites."""
+    kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites;
+    kind "triton_launch": a Triton launch site, rebuilt from `value`, a launch_sites.LaunchRecipe (its kernel found
+                     by name and checked unchanged; on CUDA with the binaries of its compiled variants)."""
 
     kind: str
     path: tuple[Any, ...] = ()

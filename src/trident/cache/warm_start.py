@@ -10,10 +10,16 @@ driver.JitFunction._compile, after deciding dynamism:
     ... lower, JIT, add to the entry ...
     session.publish(spec)                   # link, check, store; or log why it is not persisted
 
+A specialization that launches Triton kernels is published after its first call instead (driver.on_miss,
+Session.publishes_after_first_call): on CUDA, the variants Triton compiles during that call are stored with it
+(launch_sites.py), so a process that loads it launches them natively from its first call. If that call raises,
+nothing is published (Session.abandon).
+
 Loading a record, cheapest checks first: its code dependencies are unchanged; walking its roots in this process
 gives the same state fingerprint and finds a tensor at each constant's provenance path; its guards accept this
 call and those constants (in Python, before its library is loaded); its library loads and its operators
-resolve; then its native guard accepts this call's arguments.
+resolve; then its native guard accepts this call's arguments. Launch sites are rebuilt only for a record whose
+Python guards accepted the call (rebuilding imports kernel modules, hashes kernels and loads CUDA binaries).
 Only then does it join the entry (Entry.add_spec), exactly as a compiled one would. Anything that fails is a
 miss for that record: the call compiles normally, and TRIDENT_LOG=cache says why.
 
@@ -40,7 +46,7 @@ from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..runtime import load_runtime
 from ..lowering.pipeline import CompiledSpecialization
-from . import code_deps, store
+from . import code_deps, launch_sites, store
 from .fingerprint import StateWalk, Unfingerprintable, format_path
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
@@ -66,6 +72,8 @@ class Stats:
     rejected: int = 0  # records whose checks or guard did not accept a call
     corrupt: int = 0  # records removed as truncated or altered
     write_failures: int = 0  # publishes the file system refused (the first one is logged as a warning)
+    triton_binaries_loaded: int = 0  # distinct Triton binaries (cubins) loaded for loaded specializations
+    triton_binary_load_ms: float = 0.0  # the time that took (a warm start's share that is Triton's loader's)
 
 
 stats = Stats()
@@ -95,16 +103,28 @@ class Session:
             self.recorder = recorder
             yield
 
+    def publishes_after_first_call(self, spec: Specialization) -> bool:
+        """Whether `spec` is published after its first call (see the module docstring) rather than at once."""
+        return self.jit is not None and bool(spec.compiled.launch_sites)
+
     def publish(self, spec: Specialization) -> None:
         """Persist a specialization just compiled, or say why not (TRIDENT_LOG=cache, trident.explain)."""
         if self.jit is None:  # the disk cache is off
             return
         name = f"specialization {spec.index} of '{self.jit.name}'"
-        reason = self.reason if self.reason is not None else self._try_publish(name, spec)
+        self._outcome(spec, self.reason if self.reason is not None else self._try_publish(name, spec))
+
+    def abandon(self, spec: Specialization, reason: str) -> None:
+        """Do not persist `spec` (its first call raised), and say why."""
+        if self.jit is not None:
+            self._outcome(spec, reason)
+
+    def _outcome(self, spec: Specialization, reason: str | None) -> None:
+        assert self.jit is not None
         spec.disk_cache = "persisted" if reason is None else f"not persisted: {reason}"
         if reason is not None:
             stats.not_persisted += 1
-            _log("%s not persisted: %s", name, reason)
+            _log("specialization %d of '%s' not persisted: %s", spec.index, self.jit.name, reason)
 
     def _try_publish(self, name: str, spec: Specialization) -> str | None:
         try:
@@ -125,7 +145,7 @@ class Session:
     def _publish(self, spec: Specialization) -> str | None:
         assert self.jit is not None and self.key is not None
         jit, trace, compiled = self.jit, spec.trace, spec.compiled
-        reason = _triton_launch_reason(compiled) or _collective_reason(trace)
+        reason = _collective_reason(trace)
         if reason is not None:
             return reason
         deps, dep_roots, reason = code_deps.dependencies(self.recorder, jit.fn)
@@ -246,14 +266,16 @@ def _load_record(
     walk = walks[roots]
     if walk.digest() != record.state_digest:
         raise _Rejected("the state the function closes over (attributes, globals, closure cells) differs")
-    constants = _resolve_constants(record, walk.tensors, session.values)
+    n = record.n_trace_constants
+    constants = _resolve_constants(record.constants[:n], [], walk.tensors, session.values)
     guards = _bind_identity_objects(record, session.values)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
-    # mapped for the life of the process). The native guard below has the last word.
-    why = first_failure(guards, session.values, constants[: record.n_trace_constants])
+    # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
+    why = first_failure(guards, session.values, constants)
     if why is not None:
         raise _Rejected(f"its guards reject this call ({why})")
+    constants = _resolve_constants(record.constants[n:], constants, walk.tensors, session.values)
     library_path = store.read_library(path, record)
     try:
         library = LoadedLibrary(str(library_path))
@@ -274,10 +296,13 @@ def _load_record(
 
 
 def _resolve_constants(
-    record: Record, tensors: dict[tuple[object, ...], torch.Tensor], values: Sequence[object]
+    recipes: Sequence[ConstantRecipe], constants: list[object], tensors: dict[tuple[object, ...], torch.Tensor],
+    values: Sequence[object],
 ) -> list[object]:
-    constants: list[object] = []
-    for i, recipe in enumerate(record.constants):
+    """`constants` (those resolved so far) followed by the objects of `recipes` in this process."""
+    constants = list(constants)
+    for recipe in recipes:
+        i = len(constants)
         if recipe.kind == "tensor":
             tensor = tensors.get(recipe.path)
             if tensor is None:
@@ -293,6 +318,11 @@ def _resolve_constants(
             constants.append(leaf_value(LeafPath(param, items, ""), values, []))
         elif recipe.kind == "value":
             constants.append(recipe.value)
+        elif recipe.kind == "triton_launch":
+            try:
+                constants.append(launch_sites.rebuild(recipe.value))  # type: ignore[arg-type]
+            except launch_sites.LaunchSiteMismatch as e:
+                raise _Rejected(str(e)) from e
         elif recipe.kind == "buffer_pool":
             constants.append(load_runtime().BufferPool(recipe.value, int(knobs.buffer_pool_mb * 2**20)))
         else:
@@ -320,6 +350,7 @@ def _install(
     compiled = CompiledSpecialization(
         guard_address=guard_address, run_address=run_address, native=library,  # type: ignore[arg-type]
         ops=list(record.ops), aten_calls=list(record.aten_calls), constants=constants, stages={},
+        launch_sites=[c for c in constants if launch_sites.is_launch_site(c)],  # context order is program order
         guard_symbol=record.guard_symbol, run_symbol=record.run_symbol,
         buffer_pool=next((c for c in constants if type(c).__name__ == "BufferPool"), None),
     )  # fmt: skip
@@ -339,18 +370,6 @@ def _install(
 
 # ---------------------------------------------------------------------------------------------------------
 # Persisting
-
-
-def _triton_launch_reason(compiled: CompiledSpecialization) -> str | None:
-    """Why a specialization that launches Triton kernels is not persisted (every launch the host program makes
-    is one of its launch sites), or None when it launches none."""
-    if not compiled.launch_sites:
-        return None
-    names = sorted({getattr(site, "kernel_name", None) or getattr(site, "name", "?") for site in compiled.launch_sites})
-    return (
-        f"it launches Triton kernel(s) {', '.join(names)}; specializations with Triton launches are not persisted "
-        "(their launch sites hold this process's kernel objects and the CUDA modules of their compiled variants)"
-    )
 
 
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d", "_dtensor")
@@ -409,13 +428,27 @@ def _constant_recipes(
                     "arguments passed by identity, and globals of the user code that ran), so another process "
                     "could not find it again"
                 )
-        elif id(obj) in identity_paths:
-            recipes.append(ConstantRecipe("argument", identity_paths[id(obj)]))
-        elif type(obj) in SCALAR_TYPES:
-            recipes.append(ConstantRecipe("value", value=obj))
-        elif type(obj).__name__ == "BufferPool":  # a new process starts with empty pools, of its own limit
-            recipes.append(ConstantRecipe("buffer_pool", value=obj.sites))  # type: ignore[attr-defined]
         else:
-            kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-            return [], f"its context holds a {kind}, which has no persisted form"
+            recipe, reason = _object_recipe(obj, identity_paths)
+            if recipe is None:
+                return [], reason
+            recipes.append(recipe)
     return recipes, None
+
+
+def _object_recipe(
+    obj: object, identity_paths: dict[int, tuple[object, ...]]
+) -> tuple[ConstantRecipe | None, str | None]:
+    """The recipe of a context constant other than the trace's tensors (one branch per kind of object the
+    lowering adds to the context), or why it has none."""
+    if id(obj) in identity_paths:
+        return ConstantRecipe("argument", identity_paths[id(obj)]), None
+    if type(obj) in SCALAR_TYPES:
+        return ConstantRecipe("value", value=obj), None
+    if type(obj).__name__ == "BufferPool":  # a new process starts with empty pools, of its own limit
+        return ConstantRecipe("buffer_pool", value=obj.sites), None  # type: ignore[attr-defined]
+    if launch_sites.is_launch_site(obj):
+        launch, reason = launch_sites.recipe_of(obj)
+        return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return None, f"its context holds a {kind}, which has no persisted form"

@@ -12,9 +12,13 @@ Triton's own specialization of that call (a disagreement disables native launche
 risking a wrong kernel), and hands the variant over. Kernel features the native launcher does not implement
 (clusters, cooperative or PDL launches, scratch buffers, TMA descriptors, fp16 scalars, hooks) disable
 native launches for the site with the reason; its launches stay correct through Triton's launcher.
+
+Each site's LaunchPlan remembers the add_variant calls made for it (VariantArguments), so that the disk cache can
+store the variants' binaries and hand them to the TritonLaunch of a new process (cache/launch_sites.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import struct
@@ -94,6 +98,7 @@ class LaunchPlan:
             self.key_spec, self.key_params = [], []
         if launch.tma_descriptor_metadata:
             self.unsupported = "TMA descriptor arguments"
+        self.variants: list[RegisteredVariant] = []  # every variant handed to the site's TritonLaunch, in order
 
     def _add(self, operand: int, kind: int, param: str | None) -> None:
         self.key_spec.append((operand, kind))
@@ -118,6 +123,32 @@ class LaunchPlan:
                             self.unsupported = f"autotune key '{name}' is not an int argument"
                         else:
                             self._add(value.index, KEY_VALUE, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantArguments:
+    """The arguments of one TritonLaunch.add_variant call besides the kernel function handle (which belongs to
+    this process): what the disk cache stores next to the variant's binary (cache/launch_sites.py)."""
+
+    key: tuple[int, ...]
+    block_threads: int  # 32 * num_warps
+    shared: int  # dynamic shared memory in bytes
+    device: int  # CUDA device index
+    slots: tuple[tuple[int, int], ...]  # (kind, source) per non-constexpr parameter
+    grid: tuple[tuple[int, int], ...]  # (is_operand, value) per grid dimension
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredVariant:
+    arguments: VariantArguments
+    compiled: Any  # the CompiledKernel Triton launched; None for a variant loaded from the disk cache
+
+
+def add_variant(launch: Any, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
+    """Hand one compiled variant to the site's TritonLaunch, and remember the call on its plan."""
+    a = arguments
+    launch.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
+    launch.plan.variants.append(RegisteredVariant(arguments, compiled))
 
 
 def make_native_launch(launch: Any) -> Any:
@@ -285,9 +316,10 @@ def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], oper
         return
     grid = [(1, d.index) if hasattr(d, "index") else (0, int(d)) for d in launch.grid[grid_index]]
     grid += [(0, 1)] * (3 - len(grid))
-    compiled_function = compiled.function
-    native.add_variant(key, compiled_function, 32 * compiled.metadata.num_warps, compiled.metadata.shared, device,
-                       slots, grid)
+    arguments = VariantArguments(
+        tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
+    )
+    add_variant(launch, compiled.function, arguments, compiled)
     launch.compiled_variants.append(compiled)  # keeps the CUDA module loaded while the variant can run
 
 
