@@ -327,6 +327,13 @@ def run_cuda_graph(work: Workload) -> tuple[dict[str, Any], Checks]:
             "first_call_s": capture_s, "notes": "warm-up (2 steps) + capture in 1st call"}, checks
 
 
+def _pool_stats(pool: object) -> dict[str, int]:
+    """A specialization's buffer pool counters (csrc/buffer_pool.cpp), when it has one."""
+    if pool is None:
+        return {}
+    return {"pool_sites": pool.sites, "pool_reuses": pool.reuses, "pool_allocations": pool.allocations}  # type: ignore[attr-defined]
+
+
 def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
     import trident
     from trident.testing import count_compiles
@@ -336,7 +343,8 @@ def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
         result, checks = drive(step, work)
     state = step._trident  # type: ignore[attr-defined]
     specs = [{"compile_s": s.compile_seconds, "aten_calls": len(s.compiled.aten_calls),
-              "launches": len(s.compiled.launch_sites)} for s in state.specializations]
+              "launches": len(s.compiled.launch_sites), **_pool_stats(s.compiled.buffer_pool)}
+             for s in state.specializations]
     result.update(compiles=compiles(), specializations=specs, misses=state.misses, eager_calls=state.eager_calls,
                   eager_reason=state.eager_reason, last_miss_reason=state.last_miss_reason,
                   explain=trident.explain(step))
