@@ -29,7 +29,7 @@ from .leaf_access import ConstantPool
 from .lower_guards import lower_guards
 from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
 from .lower_to_llvm import PIPELINE, lower_to_llvm
-from ..runtime.triton_native import _cuda_ready
+from ..runtime.triton_native import cuda_ready
 
 
 @dataclasses.dataclass
@@ -86,7 +86,7 @@ def compile_specialization(
     builder = ModuleBuilder()
     pool_limit = int(knobs.buffer_pool_mb * 2**20)
     if pool_limit > 0 and _uses_cuda(trace):
-        _cuda_ready()  # the pool asks torch for the current CUDA stream through the runtime's CUDA entry points
+        cuda_ready()  # the pool asks torch for the current CUDA stream through the runtime's CUDA entry points
 
     def lower() -> str:
         lower_guards(builder, guard_symbol, guards, pool)

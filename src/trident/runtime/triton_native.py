@@ -51,7 +51,7 @@ def kernel_chain(kernel: Any) -> tuple[list[Any], Any]:
 
 
 @functools.cache
-def _cuda_ready() -> str | None:
+def cuda_ready() -> str | None:
     """None once the runtime reached the CUDA driver and torch's stream accessor, else why not."""
     from trident.exc import KernelLaunchError
     from trident.runtime import load_runtime
@@ -159,7 +159,7 @@ def make_native_launch(launch: Any) -> Any:
 
     plan = LaunchPlan(launch, kernel_side_table.get_kernel(launch.kernel_idx))
     native = load_runtime().TritonLaunch(launch.kernel_name, launch, plan.key_spec)
-    reason = plan.unsupported or _cuda_ready()
+    reason = plan.unsupported or cuda_ready()
     if reason is not None:
         native.disable(reason)
     launch.native, launch.plan = native, plan
