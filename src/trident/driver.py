@@ -241,6 +241,7 @@ class JitFunction:
         with _compile_count_lock:
             _compile_count += 1
         if persisted.publishes_after_first_call(spec):
+            persisted.snapshot_state()  # the record describes the state before the first call
             unpublished = persisted
         else:
             persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)

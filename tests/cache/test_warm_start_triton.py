@@ -1,8 +1,8 @@
 """Warm start of specializations that launch Triton kernels, across processes.
 
 A cold process compiles (and stores) programs with Triton launches; a new process must load them without
-compiling and compute eager's result: a plain launch, an autotuned kernel, and a launch passing num_warps (which
-torch wraps in an Autotuner of its own, rebuilt by the loading process). A kernel whose source changed between
+compiling and compute eager's result: a plain launch, an autotuned kernel, a launch passing num_warps (which
+torch wraps in an Autotuner of its own, rebuilt by the loading process), and a kernel read through its module. A kernel whose source changed between
 the processes must be rejected, so the new kernel runs. On CUDA, the loaded specialization's first call must
 launch the kernels natively from the binaries stored with it, without Triton's launcher."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 PROGRAM = """
 import triton
+import kernels as kernel_module
 from kernels import add_kernel, tuned_add_kernel  # tests/cache/kernels.py
 
 DEVICE = os.environ.get("DEVICE", "cpu")
@@ -42,8 +43,15 @@ def with_num_warps(x, y):
     return out + 1
 
 
-REFERENCES = {
-    plain: lambda x, y: (x + y) * 2, autotuned: lambda x, y: x + y - 1, with_num_warps: lambda x, y: x + y + 1,
+def through_module(x, y):  # reads the kernels module itself: its globals are part of the state fingerprint
+    out = torch.empty_like(x)
+    kernel_module.add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+    return out / 2
+
+
+REFERENCES = {  # through_module first: on CPU, its first call is the first that interprets a kernel of the module
+    through_module: lambda x, y: (x + y) / 2, plain: lambda x, y: (x + y) * 2, autotuned: lambda x, y: x + y - 1,
+    with_num_warps: lambda x, y: x + y + 1,
 }
 torch.manual_seed(0)
 x, y = torch.randn(100, device=DEVICE), torch.randn(100, device=DEVICE)
@@ -122,8 +130,8 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 def _assert_cold_persisted_all(cold: dict[str, Any]) -> None:
-    assert cold["compiles"] == 3 and all(cold["ok"].values()), cold
-    assert cold["stats"]["stores"] == 3, cold["log"]
+    assert cold["compiles"] == 4 and all(cold["ok"].values()), cold
+    assert cold["stats"]["stores"] == 4, cold["log"]
     for explain in cold["explains"].values():
         assert "disk cache: persisted" in explain, explain
 
@@ -131,13 +139,14 @@ def _assert_cold_persisted_all(cold: dict[str, Any]) -> None:
 def _assert_warm_loaded_all(warm: dict[str, Any]) -> None:
     assert all(warm["ok"].values()), warm  # eager's result, computed by the loaded specializations
     assert warm["compiles"] == 0, warm["log"]
-    assert warm["stats"]["loads"] == 3 and warm["stats"]["rejected"] == 0, warm["log"]
+    assert warm["stats"]["loads"] == 4 and warm["stats"]["rejected"] == 0, warm["log"]
     for explain in warm["explains"].values():
         assert "loaded from the disk cache" in explain, explain
 
 
 def test_triton_launches_round_trip_on_cpu(cpu_runs: Runs) -> None:
-    """A plain launch, an autotuned kernel and a num_warps launch: loaded, and run through the interpreter."""
+    """A plain launch, an autotuned kernel, a num_warps launch and a kernel reached through its module (whose
+    globals Triton's interpreter adds to when it first runs it): loaded, and run through the interpreter."""
     _assert_cold_persisted_all(cpu_runs["cold"])
     warm = cpu_runs["warm"]
     _assert_warm_loaded_all(warm)

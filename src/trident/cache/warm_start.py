@@ -84,6 +84,13 @@ def _log(message: str, *args: object) -> None:
         log.warning("trident: cache: " + message, *args)
 
 
+@dataclasses.dataclass(frozen=True)
+class _CapturedState:
+    code_dependencies: list[code_deps.CodeDependency]
+    roots: list[Root]  # the function's own roots, then those of the user code that ran during capture
+    walk: StateWalk  # over `roots`: the record's state digest and each constant's provenance
+
+
 @dataclasses.dataclass
 class Session:
     """One miss of one jitted function, as the disk cache sees it."""
@@ -96,12 +103,37 @@ class Session:
     reason: str | None = None  # why nothing is loaded or persisted for this miss (None: both are tried)
     loaded: Specialization | None = None
     recorder: code_deps.CodeRecorder = dataclasses.field(default_factory=code_deps.CodeRecorder)
+    captured_state: _CapturedState | str | None = None  # snapshot_state(): the state right after capture, or why not
 
     @contextlib.contextmanager
     def recording_code(self) -> Iterator[None]:
         with code_deps.recording_code(enabled=self.reason is None) as recorder:
             self.recorder = recorder
             yield
+
+    def snapshot_state(self) -> None:
+        """Fingerprint the state the function reads as it is right after capture, for a publish after the first
+        call: the record must describe what a new process sees before its first call, not what that call left
+        behind (Triton's interpreter adds its own names to a kernel module's globals the first time it runs a
+        kernel from there)."""
+        if self.jit is None or self.reason is not None:
+            return
+        try:
+            self.captured_state = self._state_after_capture()
+        except Unfingerprintable as e:
+            self.captured_state = str(e)
+
+    def _state_after_capture(self) -> _CapturedState | str:
+        """The code the capture ran, the roots it read and their walk; or why the state cannot be persisted."""
+        assert self.jit is not None
+        deps, dep_roots, reason = code_deps.dependencies(self.recorder, self.jit.fn)
+        if reason is not None:
+            return reason
+        walk = walk_roots(self.fn_roots, self.jit.fn, self.values)
+        if walk.digest() != self.state_before:
+            return "the function changed Python state it closes over while it was captured"
+        walk = walk_roots(dep_roots, self.jit.fn, self.values, walk)  # continues: the digest covers all the roots
+        return _CapturedState(deps, self.fn_roots + dep_roots, walk)
 
     def publishes_after_first_call(self, spec: Specialization) -> bool:
         """Whether `spec` is published after its first call (see the module docstring) rather than at once."""
@@ -148,14 +180,10 @@ class Session:
         reason = _collective_reason(trace)
         if reason is not None:
             return reason
-        deps, dep_roots, reason = code_deps.dependencies(self.recorder, jit.fn)
-        if reason is not None:
-            return reason
-        walk = walk_roots(self.fn_roots, jit.fn, self.values)
-        if walk.digest() != self.state_before:
-            return "the function changed Python state it closes over while it was captured"
-        roots = self.fn_roots + dep_roots
-        walk = walk_roots(dep_roots, jit.fn, self.values, walk)  # continues: the digest covers all of `roots`
+        state = self.captured_state if self.captured_state is not None else self._state_after_capture()
+        if isinstance(state, str):
+            return state
+        deps, roots, walk = state.code_dependencies, state.roots, state.walk
         recipes, reason = _constant_recipes(spec, walk.tensor_paths)
         if reason is not None:
             return reason
