@@ -217,3 +217,34 @@ def test_explain_reports_the_pool() -> None:
         for _ in range(3):
             jitted(torch.randn(4, 4), torch.randn(4, 4))
     assert "buffer pool: 2 allocation site(s), 4 reuse(s), 2 allocation(s), 128 bytes kept" in trident.explain(jitted)
+
+
+def test_matmul_results_are_computed_into_pooled_buffers() -> None:
+    """mm and addmm (F.linear with and without bias) through out= variants: eager's exact bits, reused buffers."""
+    weight, bias, head = torch.randn(32, 16), torch.randn(32), torch.randn(8, 32)
+
+    def mlp(x):  # type: ignore[no-untyped-def]
+        h = torch.nn.functional.linear(x, weight, bias).relu()
+        return torch.nn.functional.linear(torch.nn.functional.linear(x, weight).relu() + h, head)
+
+    jitted = trident.jit(mlp)
+    with torch.no_grad():
+        for rows in (4, 4, 4):
+            x = torch.randn(rows, 16)
+            assert torch.equal(jitted(x), mlp(x))
+    pool = _pool(jitted)
+    calls = jitted._trident.specializations[-1].compiled.aten_calls  # type: ignore[attr-defined]
+    assert calls.count("aten::addmm") == 1 and calls.count("aten::mm") == 2
+    assert pool.sites == 2  # type: ignore[attr-defined]  # the returned (last) mm is not pooled
+    assert (pool.allocations, pool.reuses) == (2, 4)  # type: ignore[attr-defined]
+
+
+def test_scaled_addmm_is_not_pooled() -> None:
+    def scaled(b, x, w):  # type: ignore[no-untyped-def]
+        return torch.addmm(b, x, w, beta=0.5, alpha=2.0).sum(0)
+
+    jitted = trident.jit(scaled)
+    b, x, w = torch.randn(3), torch.randn(2, 4), torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(b, x, w), scaled(b, x, w))
+    assert _pool(jitted) is None

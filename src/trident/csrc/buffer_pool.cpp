@@ -24,8 +24,10 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/mm.h>
 #include <c10/util/strides.h>
 
 namespace {
@@ -244,6 +246,37 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
       return TRIDENT_OK;
     }
     *out = own(take(as_pool(pool), site, x.sizes(), x.strides(), scalar_type, target));
+    return TRIDENT_OK;
+  } catch (...) {
+    return trident::fail_with_current_exception();
+  }
+}
+
+// mm(a, b) / addmm(bias, a, b) into a pooled result: ATen's structured mm and addmm compute into a fresh
+// contiguous [a.size(0), b.size(1)] tensor of a's dtype, and their out= variants run the same kernels on an
+// out tensor of exactly that layout, so the result is the same bits without the allocation. Operands ATen
+// would reject (other ranks, dtypes, devices) take the functional op, for eager's error.
+TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
+                                        AtenTensorHandle b, AtenTensorHandle* out) {
+  if (!valid_site(pool, site)) return TRIDENT_ERROR;
+  try {
+    const at::Tensor& x = tensor(reinterpret_cast<int64_t>(a));
+    const at::Tensor& w = tensor(reinterpret_cast<int64_t>(b));
+    const at::Tensor* c = bias == nullptr ? nullptr : &tensor(reinterpret_cast<int64_t>(bias));
+    if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != w.scalar_type() || x.device() != w.device() ||
+        x.size(1) != w.size(0) || (c != nullptr && (c->scalar_type() != x.scalar_type() || c->device() != x.device()))) {
+      *out = own(c == nullptr ? at::mm(x, w) : at::addmm(*c, x, w));
+      return TRIDENT_OK;
+    }
+    const int64_t sizes[2] = {x.size(0), w.size(1)};
+    const c10::DimVector strides = c10::contiguous_strides(sizes);
+    at::Tensor result = take(as_pool(pool), site, sizes, strides, x.scalar_type(), x.device());
+    if (c == nullptr) {
+      at::mm_out(result, x, w);
+    } else {
+      at::addmm_out(result, *c, x, w);
+    }
+    *out = own(std::move(result));
     return TRIDENT_OK;
   } catch (...) {
     return trident::fail_with_current_exception();

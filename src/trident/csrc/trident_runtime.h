@@ -201,6 +201,10 @@ TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64
                                        int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out);
 TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
                                             int64_t device, AtenTensorHandle* out);
+/* at::mm(a, b), or at::addmm(bias, a, b) when bias is not NULL, computed into a pooled result (same bits as the
+ * functional op; its errors where ATen would reject the operands). */
+TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
+                                        AtenTensorHandle b, AtenTensorHandle* out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Errors.

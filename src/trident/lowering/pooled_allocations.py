@@ -3,7 +3,8 @@
 `empty`, `empty_like` and `empty_strided` (what Triton-calling code allocates its kernels' outputs with) are
 lowered to trident_pool_empty / trident_pool_empty_like with a site index each: the runtime hands out the
 buffer that site made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp
-says when). Only the plain forms are pooled, decided from the op's literal arguments: a dtype given (or,
+says when). `mm` and `addmm` (F.linear; beta = alpha = 1) are lowered to trident_pool_matmul, which computes
+into a pooled result with ATen's out= variant (the same kernels and bits as the functional op). Only the plain forms are pooled, decided from the op's literal arguments: a dtype given (or,
 for empty_like, taken from the input), strided layout, no pinned memory, the contiguous (empty) or preserve
 (empty_like) memory format, a device given with its index. A result the function returns is not pooled:
 the caller keeps it, so the site could never reuse it and would only keep the memory alive (followed
@@ -21,6 +22,11 @@ from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
 
 POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
 POOL_EMPTY_LIKE = Extern("trident_pool_empty_like", (PTR, I64, PTR, I64, I64, PTR), I32)
+POOL_MATMUL = Extern("trident_pool_matmul", (PTR, I64, PTR, PTR, PTR, PTR), I32)
+_ALLOCATING = (
+    "torch.aten.empty.memory_format", "torch.aten.empty_strided", "torch.aten.empty_like", "torch.aten.mm",
+    "torch.aten.addmm",
+)  # fmt: skip
 
 _DYNAMIC = object()  # an argument not fixed at compile time
 _CONTIGUOUS, _PRESERVE = 0, 1  # c10::MemoryFormat
@@ -80,12 +86,14 @@ def escapes(value: ir.Value, aten_name: Callable[[ir.Operation], tuple[str, str]
 
 
 def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> str | None:
-    """"empty", "empty_strided" or "empty_like" when this op's allocation can come from the pool, else None."""
-    if op.name not in ("torch.aten.empty.memory_format", "torch.aten.empty_strided", "torch.aten.empty_like"):
-        return None
-    if escapes(op.results[0], aten_name):
+    """"empty", "empty_strided", "empty_like" or "matmul" when this op's result can come from the pool, else None."""
+    if op.name not in _ALLOCATING or escapes(op.results[0], aten_name):
         return None
     args = [literal(v) for v in op.operands]
+    if op.name == "torch.aten.mm":
+        return "matmul"
+    if op.name == "torch.aten.addmm":  # F.linear with a bias: beta = alpha = 1
+        return "matmul" if args[3] == 1 and args[4] == 1 else None
     if op.name == "torch.aten.empty_like":
         _, dtype, layout, device, pin, memory_format = args
         kind = "empty_like"  # dtype and device may be left to the input's
@@ -111,7 +119,11 @@ def emit_pooled(
     int_array(list operand) -> pointer to its ints; operand_ssa(operand) -> its lowered SSA value."""
     out = fb.alloca(1, PTR, "pooled")
     args = [literal(v) for v in op.operands]
-    if kind == "empty_like":
+    if kind == "matmul":  # mm(a, b) or addmm(bias, a, b)
+        operands = [operand_ssa(v) for v in op.operands[:3]]
+        bias, a, b = ([fb.null()] + operands) if len(op.operands) == 2 else operands
+        status = fb.call(POOL_MATMUL, [pool, fb.const(site), bias, a, b, out])
+    elif kind == "empty_like":
         dtype, device = args[1], args[3]
         status = fb.call(POOL_EMPTY_LIKE, [
             pool, fb.const(site), operand_ssa(op.operands[0]), fb.const(-1 if dtype is None else dtype),  # type: ignore[arg-type]
