@@ -61,6 +61,20 @@ def test_views_and_in_place_results_returned_are_not_pooled() -> None:
     assert _pool(jitted) is None
 
 
+def test_a_view_from_a_list_of_views_returned_is_not_pooled() -> None:
+    def halves(x):  # type: ignore[no-untyped-def]
+        tmp = torch.empty_like(x)
+        tmp.copy_(x * 2)
+        first, _ = tmp.split(2)
+        return first
+
+    jitted = trident.jit(halves)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(x), halves(x))
+    assert _pool(jitted) is None
+
+
 _stashed: list[torch.Tensor] = []
 _library = torch.library.Library("trident_pool_test", "DEF")
 _library.define("stash(Tensor x) -> Tensor")

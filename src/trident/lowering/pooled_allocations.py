@@ -58,8 +58,8 @@ def _device_given(value: object) -> bool:
 def _aliases_an_operand(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> bool:
     """Whether op's tensor result may share memory with an operand: a view, an in-place op, or an op whose
     schema is not known here (assumed to)."""
-    if op.name.startswith("torch.prim."):
-        return op.name == "torch.prim.ListConstruct"  # a list returned holds its items
+    if op.name.startswith("torch.prim."):  # a list holds its items; unpacking a list of views gives the views
+        return op.name in ("torch.prim.ListConstruct", "torch.prim.ListUnpack")
     if op.name == "torch.operator" or not op.name.startswith("torch.aten."):
         return True
     name, overload = aten_name(op)
