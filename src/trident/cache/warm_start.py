@@ -45,6 +45,7 @@ from ..capture.inputs import CallFacts, LeafPath
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..runtime import load_runtime
+from ..runtime.triton_native import cuda_ready
 from ..lowering.pipeline import CompiledSpecialization
 from . import code_deps, launch_sites, store
 from .fingerprint import StateWalk, Unfingerprintable, format_path
@@ -352,6 +353,8 @@ def _resolve_constants(
             except launch_sites.LaunchSiteMismatch as e:
                 raise _Rejected(str(e)) from e
         elif recipe.kind == "buffer_pool":
+            if torch.cuda.is_initialized():  # CUDA buffers: the pool reads torch's current stream (as at compile)
+                cuda_ready()
             constants.append(load_runtime().BufferPool(recipe.value, int(knobs.buffer_pool_mb * 2**20)))
         else:
             raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
