@@ -44,9 +44,8 @@ from ..capture.guards import GuardSet, first_failure, leaf_value
 from ..capture.inputs import CallFacts, LeafPath
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
-from ..runtime import load_runtime
-from ..runtime.triton_native import cuda_ready
 from ..lowering.pipeline import CompiledSpecialization
+from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
 from . import code_deps, launch_sites, store
 from .fingerprint import StateWalk, Unfingerprintable, format_path
 from .key import lookup_key
@@ -352,10 +351,8 @@ def _resolve_constants(
                 constants.append(launch_sites.rebuild(recipe.value))  # type: ignore[arg-type]
             except launch_sites.LaunchSiteMismatch as e:
                 raise _Rejected(str(e)) from e
-        elif recipe.kind == "buffer_pool":
-            if torch.cuda.is_initialized():  # CUDA buffers: the pool reads torch's current stream (as at compile)
-                cuda_ready()
-            constants.append(load_runtime().BufferPool(recipe.value, int(knobs.buffer_pool_mb * 2**20)))
+        elif recipe.kind == "buffer_pool":  # empty, with this process's limit
+            constants.append(new_buffer_pool(recipe.value))  # type: ignore[arg-type]
         else:
             raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
     return constants
@@ -383,7 +380,7 @@ def _install(
         ops=list(record.ops), aten_calls=list(record.aten_calls), constants=constants, stages={},
         launch_sites=[c for c in constants if launch_sites.is_launch_site(c)],  # context order is program order
         guard_symbol=record.guard_symbol, run_symbol=record.run_symbol,
-        buffer_pool=next((c for c in constants if type(c).__name__ == "BufferPool"), None),
+        buffer_pool=next((c for c in constants if is_buffer_pool(c)), None),
     )  # fmt: skip
     # A loaded specialization has no graph: only what explain and first_failure read (its constants, outputs).
     trace_constants = constants[: record.n_trace_constants]
@@ -476,7 +473,7 @@ def _object_recipe(
         return ConstantRecipe("argument", identity_paths[id(obj)]), None
     if type(obj) in SCALAR_TYPES:
         return ConstantRecipe("value", value=obj), None
-    if type(obj).__name__ == "BufferPool":  # a new process starts with empty pools, of its own limit
+    if is_buffer_pool(obj):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None  # type: ignore[attr-defined]
     if launch_sites.is_launch_site(obj):
         launch, reason = launch_sites.recipe_of(obj)

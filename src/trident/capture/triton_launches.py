@@ -360,8 +360,7 @@ class RecordedLaunch:
     operand_kinds: list[str] = dataclasses.field(default_factory=list)  # "tensor", "int", "float", "bool"
     device_type: str = "cpu"  # of the launch's tensors
     native: Any = dataclasses.field(default=None, repr=False)  # the TritonLaunch, for CUDA launches
-    plan: Any = dataclasses.field(default=None, repr=False)  # its LaunchPlan
-    compiled_variants: list[Any] = dataclasses.field(default_factory=list, repr=False)
+    plan: Any = dataclasses.field(default=None, repr=False)  # its LaunchPlan (with the variants registered)
 
     def constants(self) -> dict[str, Any]:
         """Arguments torch kept out of the graph (constexprs, literals), by name."""

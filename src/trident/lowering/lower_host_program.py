@@ -27,7 +27,7 @@ from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
-from .pooled_allocations import emit_pooled, pool_kind
+from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
 from .symbolic_ints import checked_int_op
 from ..runtime.triton_native import make_native_launch
 from ..runtime.typed_ops import typed_symbol
@@ -118,7 +118,7 @@ class HostProgramLowering:
         pool: ConstantPool,
         ops: OpTable,
         launches: Sequence[object] = (),
-        pool_limit_bytes: int = 0,
+        pool_allocations: bool = False,
     ) -> None:
         self.fb = FunctionBuilder(
             module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
@@ -135,7 +135,7 @@ class HostProgramLowering:
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
-        self.pool_limit_bytes = pool_limit_bytes  # 0: no allocation goes through a BufferPool
+        self.pool_allocations = pool_allocations  # False: no allocation goes through a BufferPool
         self.buffer_pool: object | None = None  # the BufferPool of pooled allocations (pooled_allocations.py)
         self._pool_sites = 0
 
@@ -317,7 +317,7 @@ class HostProgramLowering:
         fb = self.fb
         name, overload = aten_name(op)
         self.aten_calls.append(f"{name}.{overload}" if overload else name)
-        kind = pool_kind(op, aten_name) if self.pool_limit_bytes > 0 else None
+        kind = pool_kind(op, aten_name) if self.pool_allocations else None
         if kind is not None:
             self._pooled_allocation(op, kind)
             return
@@ -373,9 +373,7 @@ class HostProgramLowering:
 
     def _pooled_allocation(self, op: ir.Operation, kind: str) -> None:
         if self.buffer_pool is None:
-            from ..runtime import load_runtime
-
-            self.buffer_pool = load_runtime().BufferPool(0, self.pool_limit_bytes)
+            self.buffer_pool = new_buffer_pool(0)
         pool = self.access.constant(self.pool.add(self.buffer_pool))
         handle = emit_pooled(
             self.fb, kind, op, pool, self._pool_sites, self._int_list_pointer, lambda v: self.values[v].ssa,
@@ -386,7 +384,9 @@ class HostProgramLowering:
 
     def _int_list_pointer(self, operand: ir.Value) -> str:
         """A stack array of a list-of-ints operand's items."""
-        items = self.values[operand].items
+        return self._int_array(self.values[operand].items)
+
+    def _int_array(self, items: Sequence[_Lowered]) -> str:
         array = self.fb.alloca(len(items), I64, "ints")
         for i, item in enumerate(items):
             self.fb.store(self._int_of(item), I64, self.fb.gep(array, i))
@@ -419,10 +419,7 @@ class HostProgramLowering:
         if value.kind == "list":
             n = len(value.items)
             if value.elem in ("!torch.list<int>", "!torch.list<bool>"):
-                array = fb.alloca(n, I64, "ints")
-                for i, item in enumerate(value.items):
-                    fb.store(self._int_of(item), I64, fb.gep(array, i))
-                return abi.TAG_INT_LIST | (n << 8), _ptr_to_int(fb, array)
+                return abi.TAG_INT_LIST | (n << 8), _ptr_to_int(fb, self._int_array(value.items))
             array = fb.alloca(n, PTR, "tensors")
             optional = "optional" in value.elem
             for i, item in enumerate(value.items):

@@ -14,7 +14,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 from torch_mlir import ir
 
 from .. import exc
@@ -29,7 +28,6 @@ from .leaf_access import ConstantPool
 from .lower_guards import lower_guards
 from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
 from .lower_to_llvm import PIPELINE, lower_to_llvm
-from ..runtime.triton_native import cuda_ready
 
 
 @dataclasses.dataclass
@@ -82,11 +80,8 @@ def compile_specialization(
     ops = OpTable()
     aten_calls: list[str] = []
     launch_sites: list[object] = []
-    pools: list[object] = []
+    pools: list[object] = []  # the host program's BufferPool, or None
     builder = ModuleBuilder()
-    pool_limit = int(knobs.buffer_pool_mb * 2**20)
-    if pool_limit > 0 and _uses_cuda(trace):
-        cuda_ready()  # the pool asks torch for the current CUDA stream through the runtime's CUDA entry points
 
     def lower() -> str:
         lower_guards(builder, guard_symbol, guards, pool)
@@ -94,12 +89,12 @@ def compile_specialization(
         input_paths = [leaf.path for leaf in facts.leaves]
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
-            launches, pool_limit,
+            launches, pool_allocations=knobs.buffer_pool_mb > 0,
         )
         host.run()
         aten_calls.extend(host.aten_calls)
         launch_sites.extend(host.launch_sites)
-        pools.extend([host.buffer_pool] if host.buffer_pool is not None else [])
+        pools.append(host.buffer_pool)
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -113,15 +108,10 @@ def compile_specialization(
         native = NativeModule(llvm_module, [runtime_library], keep_object=knobs.disk_cache)  # type: ignore[arg-type]
         return CompiledSpecialization(
             native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), aten_calls, pool.objects,
-            stages, launch_sites, pools[0] if pools else None, guard_symbol=guard_symbol, run_symbol=run_symbol,
+            stages, launch_sites, pools[0], guard_symbol=guard_symbol, run_symbol=run_symbol,
         )
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
-
-
-def _uses_cuda(trace: Trace) -> bool:
-    fakes = [*trace.fake_constants, *trace.fake_leaves.values()]
-    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in fakes)
 
 
 def _find_main(module: ir.Module) -> ir.Operation:

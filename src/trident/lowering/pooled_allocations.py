@@ -19,6 +19,7 @@ import torch
 from torch_mlir import ir
 
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
+from ..knobs import knobs
 
 POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
 POOL_EMPTY_LIKE = Extern("trident_pool_empty_like", (PTR, I64, PTR, I64, I64, PTR), I32)
@@ -31,6 +32,27 @@ _ALLOCATING = (
 _DYNAMIC = object()  # an argument not fixed at compile time
 _CONTIGUOUS, _PRESERVE = 0, 1  # c10::MemoryFormat
 _STRIDED = 0  # c10::Layout
+
+
+def new_buffer_pool(sites: int) -> object:
+    """An empty BufferPool keeping up to TRIDENT_BUFFER_POOL_MB (for a compiled or a loaded specialization).
+
+    In a process that uses CUDA, the runtime's CUDA entry points are resolved first: the pool reads torch's
+    current stream through them, and without them it would allocate every call."""
+    import torch.cuda
+
+    from ..runtime import load_runtime
+    from ..runtime.triton_native import cuda_ready
+
+    if torch.cuda.is_initialized():
+        cuda_ready()
+    return load_runtime().BufferPool(sites, int(knobs.buffer_pool_mb * 2**20))
+
+
+def is_buffer_pool(obj: object) -> bool:
+    from ..runtime import load_runtime
+
+    return isinstance(obj, load_runtime().BufferPool)
 
 
 def literal(value: ir.Value) -> object:
@@ -114,7 +136,8 @@ def emit_pooled(
     fb: FunctionBuilder, kind: str, op: ir.Operation, pool: str, site: int, int_array: Callable[[ir.Value], str],
     operand_ssa: Callable[[ir.Value], str], device_code: Callable[[str], int],
 ) -> str:
-    """Emit the pool call for `op`; returns the status (i32) and leaves the owned handle in the returned slot.
+    """Emit the pool call for `op` (a failure branches to the function's failure block); returns the new owned
+    tensor handle.
 
     int_array(list operand) -> pointer to its ints; operand_ssa(operand) -> its lowered SSA value."""
     out = fb.alloca(1, PTR, "pooled")

@@ -141,7 +141,8 @@ class VariantArguments:
 @dataclasses.dataclass(frozen=True)
 class RegisteredVariant:
     arguments: VariantArguments
-    compiled: Any  # the CompiledKernel Triton launched; None for a variant loaded from the disk cache
+    compiled: Any  # the CompiledKernel Triton launched (held: it keeps its CUDA module loaded); None if loaded
+    # from the disk cache (launch_sites.py keeps those modules loaded for the life of the process)
 
 
 def add_variant(launch: Any, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
@@ -319,8 +320,7 @@ def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], oper
     arguments = VariantArguments(
         tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
     )
-    add_variant(launch, compiled.function, arguments, compiled)
-    launch.compiled_variants.append(compiled)  # keeps the CUDA module loaded while the variant can run
+    add_variant(launch, compiled.function, arguments, compiled)  # the plan keeps `compiled` (its CUDA module)
 
 
 def describe_launch_site(site: Any) -> str:
