@@ -3,7 +3,8 @@
 Runs the model's step under trident.jit (position as a Python int), then profiles a few steps with
 torch.profiler on the CPU side only. ATen operators called from the compiled program go through the
 dispatcher, so the profiler sees each one; what is left of the step (Triton launches through
-cuLaunchKernel, the entry and guards) is reported as the remainder, with the launch count per step.
+cuLaunchKernel, the entry and guards, and the pooled CUDA matmuls Trident hands straight to ATen's CUDA kernel,
+which the profiler does not see) is reported as the remainder, with those counts per step.
 
     python -m benchmarks.llm.host_profile [--model llama] [--batch 1] [--steps 20]
     python -m benchmarks.llm.host_profile --device cpu --tiny --steps 2     # CPU smoke run
@@ -68,8 +69,10 @@ def main() -> None:
             per_op[event.key][1] += event.self_cpu_time_total / args.steps
     sites = triton_launch_sites(step)
     native = sum(getattr(s, "native_launches", 0) for s in sites)  # CPU sites run in the interpreter
+    pools = [spec.compiled.buffer_pool for spec in step._trident.specializations if spec.compiled.buffer_pool]
+    direct = sum(pool.direct_matmuls for pool in pools)
     print(f"{args.model} batch {args.batch} on {args.device}: {step_us:.0f} µs per step (unprofiled); "
-          f"{len(sites)} Triton launch sites, {native} native launches so far")
+          f"{len(sites)} Triton launch sites, {native} native launches and {direct} direct CUDA matmuls so far")
     print(f"{'ATen operator (self CPU, profiled)':<44} {'calls/step':>10} {'µs/step':>9} {'µs/call':>8}")
     aten_total = 0.0
     for name, (count, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1]):

@@ -295,6 +295,7 @@ class JitFunction:
                 lines.append(
                     f"    buffer pool: {pool.sites} allocation site(s), {pool.reuses} reuse(s), {pool.allocations} "  # type: ignore[attr-defined]
                     f"allocation(s), {pool.held_bytes} bytes kept (limit {pool.limit_bytes})"  # type: ignore[attr-defined]
+                    + (f", {pool.direct_matmuls} matmul(s) straight to ATen's CUDA kernel" if pool.direct_matmuls else "")  # type: ignore[attr-defined]
                 )
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")

@@ -225,6 +225,71 @@ def test_cuda_graph_capture_keeps_no_buffers() -> None:
     assert _pool(jitted).held_bytes == held  # type: ignore[attr-defined]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 33])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_matmuls_call_atens_kernel_directly_with_eagers_bits(rows: int, dtype: torch.dtype) -> None:
+    """Pooled CUDA mm/addmm call ATen's CUDA kernel without the dispatcher: the same bits as eager."""
+    from trident.runtime import load_runtime
+
+    assert load_runtime().cuda_matmul_kernels_linked  # a CUDA torch links them; otherwise nothing here is tested
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    weight = torch.randn(2048, 1024, device="cuda", dtype=dtype, generator=gen)
+    bias = torch.randn(2048, device="cuda", dtype=dtype, generator=gen)
+    head = torch.randn(512, 2048, device="cuda", dtype=dtype, generator=gen)
+
+    def mlp(x):  # type: ignore[no-untyped-def]
+        h = torch.nn.functional.linear(x, weight, bias)  # addmm, pooled
+        g = torch.nn.functional.linear(x, weight)  # mm, pooled
+        return torch.nn.functional.linear(h * g, head)  # mm, returned: not pooled
+
+    jitted = trident.jit(mlp)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(rows, 1024, device="cuda", dtype=dtype, generator=gen)
+            assert torch.equal(jitted(x), mlp(x))
+    pool = _pool(jitted)
+    assert pool.direct_matmuls == 2 * 3  # type: ignore[attr-defined]
+    assert pool.reuses == 2 * 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.gpu
+def test_cuda_matmuls_keep_the_dispatcher_when_a_layer_is_in_force() -> None:
+    """Under autocast or a TorchDispatchMode the dispatcher adds layers: those calls do not go direct."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    weight = torch.randn(64, 32, device="cuda")
+
+    def two(x):  # type: ignore[no-untyped-def]
+        return torch.nn.functional.linear(x, weight).relu().sum(0)
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mm = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.mm += func is torch.ops.aten.mm.out
+            return func(*args, **(kwargs or {}))
+
+    jitted = trident.jit(two)
+    x = torch.randn(8, 32, device="cuda")
+    with torch.no_grad():
+        jitted(x)
+        direct = _pool(jitted).direct_matmuls  # type: ignore[attr-defined]
+        assert direct == 1
+        mode = Count()
+        with mode:
+            torch.testing.assert_close(jitted(x), two(x))
+        assert _pool(jitted).direct_matmuls == direct  # type: ignore[attr-defined]
+        assert mode.mm == 1  # the mode saw trident's mm
+        with torch.autocast("cuda", dtype=torch.bfloat16):  # a new specialization (autocast is guarded)
+            torch.testing.assert_close(jitted(x), two(x))
+            torch.testing.assert_close(jitted(x), two(x))
+        assert len(jitted._trident.specializations) == 2  # type: ignore[attr-defined]
+        assert _pool(jitted).direct_matmuls == 0  # type: ignore[attr-defined]
+
+
 def test_explain_reports_the_pool() -> None:
     jitted = trident.jit(scaled)
     with torch.no_grad():

@@ -28,7 +28,21 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/mm.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/strides.h>
+
+// ATen's CUDA kernels for mm.out and addmm.out, the functions the dispatcher ends at for CUDA tensors (declared
+// in ATen/ops/{mm,addmm}_cuda_dispatch.h, defined in libtorch_cuda, which runtime/build.py links when torch has
+// it). Weak: a CPU-only torch lacks them, and they are then null. Calling them directly skips the dispatcher's
+// key computation and its autograd and ADInplaceOrView layers: 0.3-1.5 µs of a 12-17 µs decode-shaped cuBLAS
+// matmul on an H200 host (benchmarks/matmul_host_cost.py). Those layers do nothing observable for a pooled
+// result: no operand requires grad (such calls run eagerly), and the result's version counter, which
+// ADInplaceOrView would bump, belongs to an intermediate no caller can see.
+namespace at::cuda {
+__attribute__((weak)) at::Tensor& mm_out(at::Tensor& out, const at::Tensor& self, const at::Tensor& mat2);
+__attribute__((weak)) at::Tensor& addmm_out(at::Tensor& out, const at::Tensor& self, const at::Tensor& mat1,
+                                            const at::Tensor& mat2, const at::Scalar& beta, const at::Scalar& alpha);
+}  // namespace at::cuda
 
 namespace {
 
@@ -45,6 +59,7 @@ struct BufferPoolObject {
   int64_t held_bytes;
   int64_t reuses;
   int64_t allocations;
+  int64_t direct_matmuls;  // matmuls computed by calling ATen's CUDA kernel directly (reaches_cuda_kernel)
 };
 
 BufferPoolObject* as_pool(PyObject* obj) { return reinterpret_cast<BufferPoolObject*>(obj); }
@@ -121,6 +136,24 @@ at::Tensor take(BufferPoolObject* pool, int64_t site_index, at::IntArrayRef size
   return fresh;
 }
 
+// Whether the dispatcher would take these operands straight to the CUDA kernel (then calling it directly is
+// the same computation): the key it would dispatch on — the operands' keys with the thread's included keys
+// added and its excluded keys removed — is CUDA once the autograd and ADInplaceOrView layers are set aside.
+// Autocast (enabled by un-excluding its key), a TorchDispatchMode (an included Python key), conjugate or
+// negative views, zero tensors and subclasses all rank above CUDA and keep the dispatcher. (The same rule on
+// CPU tensors gives: plain -> CPU, autocast on -> AutocastCPU, a _neg_view -> Negative, under a
+// TorchDispatchMode -> PythonTLSSnapshot.)
+bool reaches_cuda_kernel(const at::Tensor& result, const at::Tensor& x, const at::Tensor& w, const at::Tensor* c) {
+  if (!result.is_cuda() || !trident::cuda_matmul_kernels_linked()) return false;
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  c10::DispatchKeySet keys = result.key_set() | x.key_set() | w.key_set() | local.included_;
+  if (c != nullptr) keys = keys | c->key_set();
+  // BackendSelect is always included and only has kernels for factory functions.
+  keys = keys - local.excluded_ - c10::autograd_dispatch_keyset_with_ADInplaceOrView -
+         c10::DispatchKeySet(c10::DispatchKey::BackendSelect);
+  return keys.highestPriorityTypeId() == c10::DispatchKey::CUDA;
+}
+
 // --- The Python type -----------------------------------------------------------------------------------
 
 PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
@@ -135,7 +168,7 @@ PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (self == nullptr) return nullptr;
   self->sites = new std::vector<PoolSite>(static_cast<size_t>(n_sites));
   self->limit_bytes = limit;
-  self->held_bytes = self->reuses = self->allocations = 0;
+  self->held_bytes = self->reuses = self->allocations = self->direct_matmuls = 0;
   return reinterpret_cast<PyObject*>(self);
 }
 
@@ -177,6 +210,7 @@ PyObject* pool_held_bytes(PyObject* self, void*) { return PyLong_FromLongLong(as
 PyObject* pool_limit_bytes(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->limit_bytes); }
 PyObject* pool_reuses(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->reuses); }
 PyObject* pool_allocations(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->allocations); }
+PyObject* pool_direct_matmuls(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->direct_matmuls); }
 
 PyMethodDef pool_methods[] = {
     {"reserve", pool_reserve, METH_O, "reserve(n): at least n allocation sites (the lowering numbers them)"},
@@ -191,6 +225,7 @@ PyGetSetDef pool_getset[] = {
     {"limit_bytes", pool_limit_bytes, nullptr, "at most this many bytes are kept", nullptr},
     {"reuses", pool_reuses, nullptr, "allocations served by a kept buffer", nullptr},
     {"allocations", pool_allocations, nullptr, "allocations made through ATen", nullptr},
+    {"direct_matmuls", pool_direct_matmuls, nullptr, "matmuls run by calling ATen's CUDA kernel directly", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -201,6 +236,10 @@ bool valid_site(PyObject* pool, int64_t site) {
 }
 
 }  // namespace
+
+bool trident::cuda_matmul_kernels_linked() {
+  return &at::cuda::mm_out != nullptr && &at::cuda::addmm_out != nullptr;
+}
 
 PyTypeObject trident::BufferPoolType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
@@ -271,7 +310,14 @@ TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensor
     const int64_t sizes[2] = {x.size(0), w.size(1)};
     const c10::DimVector strides = c10::contiguous_strides(sizes);
     at::Tensor result = take(as_pool(pool), site, sizes, strides, x.scalar_type(), x.device());
-    if (c == nullptr) {
+    if (reaches_cuda_kernel(result, x, w, c)) {
+      ++as_pool(pool)->direct_matmuls;
+      if (c == nullptr) {
+        at::cuda::mm_out(result, x, w);
+      } else {
+        at::cuda::addmm_out(result, *c, x, w, 1, 1);
+      }
+    } else if (c == nullptr) {
       at::mm_out(result, x, w);
     } else {
       at::addmm_out(result, *c, x, w);

@@ -238,7 +238,9 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   if (PyModule_AddObject(module, "Context", reinterpret_cast<PyObject*>(&trident::ContextType)) < 0 ||
       PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0 ||
       PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0 ||
-      PyModule_AddObject(module, "BufferPool", reinterpret_cast<PyObject*>(&trident::BufferPoolType)) < 0) {
+      PyModule_AddObject(module, "BufferPool", reinterpret_cast<PyObject*>(&trident::BufferPoolType)) < 0 ||
+      PyModule_AddObject(module, "cuda_matmul_kernels_linked",
+                         PyBool_FromLong(trident::cuda_matmul_kernels_linked())) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -60,6 +60,8 @@ bool current_cuda_stream(int32_t device_index, void** stream, bool* capturing);
 /* buffer_pool.cpp: the BufferPool type (a specialization's intermediate buffers, kept between calls). */
 extern PyTypeObject BufferPoolType;
 bool ready_buffer_pool_type();
+// Whether ATen's CUDA kernels for mm.out/addmm.out are linked (a CUDA build of torch).
+bool cuda_matmul_kernels_linked();
 
 /* module.cpp: the C struct inside a Context object (for Entry.add_spec, which keeps the object alive). */
 TridentSpecContext* context_struct(PyObject* context);
