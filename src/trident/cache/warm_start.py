@@ -180,6 +180,9 @@ class Session:
         reason = _collective_reason(trace)
         if reason is not None:
             return reason
+        if spec.guards.function_modes:
+            return "it was captured under torch function mode(s) (a default device, a TorchFunctionMode): " \
+                   "objects of this process"
         state = self.captured_state if self.captured_state is not None else self._state_after_capture()
         if isinstance(state, str):
             return state

@@ -140,6 +140,10 @@ class GuardSet:
     global_state: GlobalStateGuard
     identity_objects: list[object]  # held by the context, compared by address natively
     derived: list[DerivedConstantGuard] = dataclasses.field(default_factory=list)
+    # The torch function mode stack at capture (bottom first), held by the context: a default device set with
+    # torch.set_default_device or `with torch.device(...)` is such a mode, and the program bakes in the device
+    # it gave factories. Compared by identity, or by device for default-device modes (default_device_of).
+    function_modes: list[object] = dataclasses.field(default_factory=list)
 
     def symbols(self) -> dict[sympy.Symbol, SymbolBinding]:
         return {b.symbol: b for b in self.bindings}
@@ -178,6 +182,36 @@ def current_global_state() -> int:
     )
 
 
+def current_function_modes() -> list[object]:
+    """The torch function mode stack, bottom first (what trident_function_mode_at reads natively)."""
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def default_device_of(mode: object) -> torch.device | None:
+    """The device of a default-device mode (torch.set_default_device, `with torch.device(...)`), whose only
+    state is that device, so two of them with equal devices act alike; None for any other mode (compared by
+    identity). The native guard applies the same rule (trident_function_mode_matches)."""
+    from torch.utils._device import DeviceContext
+
+    return mode.device if type(mode) is DeviceContext else None  # type: ignore[attr-defined]
+
+
+def same_function_modes(now: Sequence[object], captured: Sequence[object]) -> bool:
+    return len(now) == len(captured) and all(
+        a is b or (type(a) is type(b) and default_device_of(b) is not None and a.device == default_device_of(b))  # type: ignore[attr-defined]
+        for a, b in zip(now, captured)
+    )
+
+
+def describe_function_modes(modes: Sequence[object]) -> str:
+    if not modes:
+        return "none"
+    return ", ".join(
+        f"{type(m).__name__}({default_device_of(m)})" if default_device_of(m) is not None else type(m).__name__
+        for m in modes
+    )
+
+
 def describe_global_state(state: int) -> str:
     code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
     dtype = code_to_dtype.get((state >> 8) & 0xFF, f"dtype#{(state >> 8) & 0xFF}")
@@ -199,6 +233,7 @@ def _expr(value: object) -> sympy.Expr:
 
 def build_guards(facts: CallFacts, trace: Trace) -> GuardSet:
     guards = GuardSet([], [], [], [], [], [], [], GlobalStateGuard(current_global_state()), [])
+    guards.function_modes = current_function_modes()
     guards.sequences = [SequenceGuard(s) for s in facts.sequences]
     properties: list[tuple[LeafPath, str, int, sympy.Expr]] = []
 
@@ -369,6 +404,13 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             f"global state mismatch: expected {describe_global_state(guards.global_state.state)}, "
             f"got {describe_global_state(state)}"
         )
+    modes = current_function_modes()
+    if not same_function_modes(modes, guards.function_modes):
+        return (
+            f"torch function modes changed (torch.set_default_device, `with torch.device(...)`, a "
+            f"TorchFunctionMode): captured under {describe_function_modes(guards.function_modes)}, called under "
+            f"{describe_function_modes(modes)}"
+        )
     return None
 
 
@@ -428,6 +470,7 @@ def describe_guards(guards: GuardSet) -> list[str]:
             lines.append(f"{b.symbol} = {_property_name(b.path, b.prop, b.dim)}")
     lines += [f"relation: {g.describe()}" for g in guards.relations]
     lines.append(guards.global_state.describe())
+    lines.append(f"torch function modes: {describe_function_modes(guards.function_modes)}")
     return lines
 
 

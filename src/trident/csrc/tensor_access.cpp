@@ -10,10 +10,12 @@
  */
 #include "runtime_internal.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -137,6 +139,20 @@ TRIDENT_API int64_t trident_global_state(void) {
     // Cannot happen for the queries above; -1 matches no compiled state, so the call misses.
     return -1;
   }
+}
+
+TRIDENT_API int64_t trident_function_mode_count(void) { return at::impl::PythonTorchFunctionTLS::stack_len(); }
+
+TRIDENT_API int32_t trident_function_mode_matches(int64_t index, PyObject* expected, PyObject* device) {
+  if (index < 0 || index >= at::impl::PythonTorchFunctionTLS::stack_len()) return 0;
+  PyObject* mode = at::impl::PythonTorchFunctionTLS::get_stack_at(index)->ptr(getPyInterpreter());
+  if (mode == expected) return 1;
+  if (device == nullptr || Py_TYPE(mode) != Py_TYPE(expected)) return 0;
+  PyObject* actual = PyObject_GetAttrString(mode, "device");
+  const int same = actual == nullptr ? -1 : PyObject_RichCompareBool(actual, device, Py_EQ);
+  Py_XDECREF(actual);
+  if (same < 0) PyErr_Clear();
+  return same == 1;
 }
 
 }  // extern "C"

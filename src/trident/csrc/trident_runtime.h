@@ -111,6 +111,15 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
  * bit 2 inference mode, bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
 TRIDENT_API int64_t trident_global_state(void);
 
+/* The torch function mode stack (torch.set_default_device, `with torch.device(...)`, user TorchFunctionModes).
+ * A specialization bakes in what the modes did while it was captured (a factory's device), so guards compare
+ * the stack with the one at capture: the count, then each mode. trident_function_mode_matches(index, expected,
+ * device) is 1 when the mode at `index` is `expected`, or, with `device` non-NULL (a default-device mode, whose
+ * only state is its device), when it has expected's exact type and a `device` attribute equal to `device`;
+ * 0 otherwise (an error while comparing counts as 0, with the Python error cleared). */
+TRIDENT_API int64_t trident_function_mode_count(void);
+TRIDENT_API int32_t trident_function_mode_matches(int64_t index, PyObject* expected, PyObject* device);
+
 /* Borrowed handle of a tensor argument already checked by a guard (no type check here). The accessors below
  * take 0 <= dim < tensor dim (no negative wrapping, no bounds check). */
 TRIDENT_API AtenTensorHandle trident_tensor_handle(PyObject* obj);

@@ -10,7 +10,7 @@ import struct
 
 import sympy
 
-from ..capture.guards import GuardSet, dtype_code
+from ..capture.guards import GuardSet, default_device_of, dtype_code
 from ..capture.inputs import LeafKind, LeafPath
 from ..ir.mlir_text import I32, I64, PTR, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
@@ -32,6 +32,16 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     state = fb.call(abi.GLOBAL_STATE, [])
     assert state is not None
     fb.check(fb.cmp("eq", state, fb.const(guards.global_state.state)))
+
+    modes = fb.call(abi.FUNCTION_MODE_COUNT, [])
+    assert modes is not None
+    fb.check(fb.cmp("eq", modes, fb.const(len(guards.function_modes))))
+    for i, mode in enumerate(guards.function_modes):  # held by the context (so never a reused address)
+        device = default_device_of(mode)
+        device_arg = fb.null() if device is None else access.constant(pool.add(device))
+        ok = fb.call(abi.FUNCTION_MODE_MATCHES, [fb.const(i), access.constant(pool.add(mode)), device_arg])
+        assert ok is not None
+        fb.check_nonzero(ok)
 
     for sg in guards.sequences:
         ok = fb.call(abi.CHECK_SEQUENCE, [access.object(sg.fact.path), fb.const(sg.fact.kind), fb.const(sg.fact.length)])

@@ -46,6 +46,8 @@ IS_NONE = Extern("trident_is_none", (PTR,), I32)
 CHECK_SEQUENCE = Extern("trident_check_sequence", (PTR, I64, I64), I32)
 SEQUENCE_ITEM = Extern("trident_sequence_item", (PTR, I64), PTR)
 GLOBAL_STATE = Extern("trident_global_state", (), I64)
+FUNCTION_MODE_COUNT = Extern("trident_function_mode_count", (), I64)
+FUNCTION_MODE_MATCHES = Extern("trident_function_mode_matches", (I64, PTR, PTR), I32)
 
 TENSOR_HANDLE = Extern("trident_tensor_handle", (PTR,), PTR)
 TENSOR_SIZE = Extern("trident_tensor_size", (PTR, I64), I64)
