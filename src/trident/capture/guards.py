@@ -183,7 +183,7 @@ def current_global_state() -> int:
 
 
 def current_function_modes() -> list[object]:
-    """The torch function mode stack, bottom first (what trident_function_mode_at reads natively)."""
+    """The torch function mode stack, bottom first (what trident_function_mode_matches reads natively)."""
     return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
 
 
