@@ -4,9 +4,10 @@
 lowered to trident_pool_empty / trident_pool_empty_like with a site index each: the runtime hands out the
 buffer that site made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp
 says when). `mm` and `addmm` (F.linear; beta = alpha = 1) are lowered to trident_pool_matmul, which computes
-into a pooled result with ATen's out= variant (the same kernels and bits as the functional op). Only the plain forms are pooled, decided from the op's literal arguments: a dtype given (or,
-for empty_like, taken from the input), strided layout, no pinned memory, the contiguous (empty) or preserve
-(empty_like) memory format, a device given with its index. A result the function returns is not pooled:
+into a pooled result with ATen's out= variant, on CUDA by calling its CUDA kernel directly when the dispatcher
+would end there (the same kernels and bits as the functional op). Only the plain forms are pooled, decided
+from the op's literal arguments: a dtype given (or, for empty_like, taken from the input), strided layout, no
+pinned memory, the contiguous (empty) or preserve (empty_like) memory format, a device given with its index. A result the function returns is not pooled:
 the caller keeps it, so the site could never reuse it and would only keep the memory alive (followed
 through views and in-place results; what this misses — a custom op keeping its input — the runtime's
 reference counts still catch).

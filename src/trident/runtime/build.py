@@ -49,10 +49,11 @@ def _torch_lib_dir() -> Path:
     return Path(torch.__file__).resolve().parent / "lib"
 
 
-def _cuda_libs(lib_dir: Path) -> tuple[str, ...]:
-    """Link torch's CUDA library where there is one: the runtime calls a few of ATen's CUDA kernels directly
-    (declared weak in csrc/buffer_pool.cpp, so a CPU-only torch links and loads the same sources)."""
-    return ("-ltorch_cuda",) if (lib_dir / "libtorch_cuda.so").exists() else ()
+def _link_libs() -> tuple[str, ...]:
+    """The torch libraries the runtime links: torch's CUDA library too where there is one, since the runtime
+    calls a few of ATen's CUDA kernels directly (declared weak in csrc/buffer_pool.cpp, so a CPU-only torch
+    links and loads the same sources)."""
+    return (*TORCH_LIBS, "-ltorch_cuda") if (_torch_lib_dir() / "libtorch_cuda.so").exists() else TORCH_LIBS
 
 
 def _sources() -> list[Path]:
@@ -77,7 +78,7 @@ def _build_dir() -> Path:
     for name, text in _generated_sources().items():  # these depend on the installed torch's schemas
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     # Everything else that changes the binary: the command template and which torch it links against.
-    for part in (COMPILER, *COMPILE_FLAGS, *TORCH_LIBS, *_cuda_libs(_torch_lib_dir()), _abi_define(), str(_torch_lib_dir())):
+    for part in (COMPILER, *COMPILE_FLAGS, *_link_libs(), _abi_define(), str(_torch_lib_dir())):
         digest.update(part.encode() + b"\0")
     tag = f"torch-{torch.__version__}-{sys.implementation.cache_tag}-{digest.hexdigest()[:16]}"
     return knobs.cache_dir / "runtime" / tag
@@ -114,7 +115,7 @@ def _build(target: Path) -> None:
                 future.result()  # re-raises the first compiler failure with its output
         partial = Path(work) / target.name
         _run([COMPILER, "-shared", *objects, "-o", str(partial), f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}",
-              *TORCH_LIBS, *_cuda_libs(Path(lib_dir))])
+              *_link_libs()])
         # Atomic publish: another process sees either no file or a complete one (same filesystem).
         os.replace(partial, target)
 
