@@ -29,6 +29,7 @@ from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, is_tracing, trace_function
 from .knobs import knobs, log_enabled
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
+from .lowering.pooled_allocations import describe_pool
 from .runtime.triton_native import describe_launch_site
 
 log = logging.getLogger("trident")
@@ -292,11 +293,7 @@ class JitFunction:
             lines += [f"    {describe_launch_site(site)}" for site in spec.compiled.launch_sites]
             pool = spec.compiled.buffer_pool
             if pool is not None:
-                lines.append(
-                    f"    buffer pool: {pool.sites} allocation site(s), {pool.reuses} reuse(s), {pool.allocations} "  # type: ignore[attr-defined]
-                    f"allocation(s), {pool.held_bytes} bytes kept (limit {pool.limit_bytes})"  # type: ignore[attr-defined]
-                    + (f", {pool.direct_matmuls} matmul(s) straight to ATen's CUDA kernel" if pool.direct_matmuls else "")  # type: ignore[attr-defined]
-                )
+                lines += [f"    {line}" for line in describe_pool(pool)]
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")
         if self.last_miss_reason is not None:

@@ -52,6 +52,9 @@ class Knobs:
     # TRIDENT_BUFFER_POOL_MB: each specialization keeps up to this many MB of its intermediate buffers between
     # calls and reuses them when nothing else holds them (csrc/buffer_pool.cpp); 0 allocates every call.
     buffer_pool_mb: float = 256.0
+    # TRIDENT_MATMUL_PLANS=0: pooled CUDA matmuls always call ATen's kernel; by default each site makes a cuBLASLt
+    # plan on its first call and keeps it if it computes ATen's bits (csrc/matmul_plan.cpp).
+    matmul_plans: bool = True
 
 
 def _read() -> Knobs:
@@ -68,6 +71,7 @@ def _read() -> Knobs:
         disk_cache_dir=Path(disk_dir) if disk_dir else None,
         disk_cache_max_mb=float(os.environ.get("TRIDENT_DISK_CACHE_MAX_MB", "1024")),
         buffer_pool_mb=float(os.environ.get("TRIDENT_BUFFER_POOL_MB", "256")),
+        matmul_plans=_flag_on_unless_off("TRIDENT_MATMUL_PLANS"),
     )
 
 
@@ -82,6 +86,8 @@ KNOB_DOCS = {
     "TRIDENT_DISK_CACHE_MAX_MB": "size limit of that cache in MB; least recently used entries go first (default 1024)",
     "TRIDENT_BUFFER_POOL_MB": "intermediate buffers each specialization keeps for reuse between calls, in MB "
     "(default 256; 0: allocate every call)",
+    "TRIDENT_MATMUL_PLANS": "0: pooled bf16/fp16 CUDA matmuls always go through ATen's kernel instead of a per-site "
+    "cuBLASLt plan verified against ATen's bits (default on)",
 }
 
 knobs = _read()

@@ -18,6 +18,7 @@
  * Generated code calls these under the GIL (as every runtime entry), which makes the check-and-take atomic
  * with respect to other threads.
  */
+#include "matmul_plan.h"
 #include "runtime_internal.h"
 #include "typed_ops_support.h"
 
@@ -50,6 +51,7 @@ struct PoolSite {
   at::Tensor buffer;
   int64_t stream = 0;
   int64_t bytes = 0;
+  trident::MatmulPlanSlot matmul;  // a CUDA matmul site's cuBLASLt plan (matmul_plan.cpp)
 };
 
 struct BufferPoolObject {
@@ -60,6 +62,9 @@ struct BufferPoolObject {
   int64_t reuses;
   int64_t allocations;
   int64_t direct_matmuls;  // matmuls computed by calling ATen's CUDA kernel directly (reaches_cuda_kernel)
+  int64_t planned_matmuls;  // matmuls computed by a site's verified cuBLASLt plan instead
+  bool matmul_plans;  // whether sites may make plans (TRIDENT_MATMUL_PLANS)
+  trident::PlanWorkspace* workspace;  // shared by the pool's plans
 };
 
 BufferPoolObject* as_pool(PyObject* obj) { return reinterpret_cast<BufferPoolObject*>(obj); }
@@ -114,10 +119,13 @@ bool fits(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, a
          t.storage_offset() == 0;
 }
 
+// The site's kept buffer if it can be handed out again, else a fresh one (kept for next time when allowed).
+// *usable_on (when given) is the stream the buffer will be used on, or -1 when none is usable.
 at::Tensor take(BufferPoolObject* pool, int64_t site_index, at::IntArrayRef sizes, at::IntArrayRef strides,
-                at::ScalarType dtype, const at::Device& device) {
+                at::ScalarType dtype, const at::Device& device, int64_t* usable_on = nullptr) {
   int64_t stream = 0;
   const bool usable = usable_stream(device, &stream);
+  if (usable_on != nullptr) *usable_on = usable ? stream : -1;
   PoolSite& site = (*pool->sites)[site_index];
   if (usable && site.buffer.defined() && site.stream == stream && only_the_pool_holds(site.buffer) &&
       fits(site.buffer, sizes, strides, dtype, device)) {
@@ -157,10 +165,12 @@ bool reaches_cuda_kernel(const at::Tensor& result, const at::Tensor& x, const at
 // --- The Python type -----------------------------------------------------------------------------------
 
 PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  static const char* kwlist[] = {"sites", "limit_bytes", nullptr};
+  static const char* kwlist[] = {"sites", "limit_bytes", "matmul_plans", nullptr};
   Py_ssize_t n_sites = 0;
   long long limit = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nL:BufferPool", const_cast<char**>(kwlist), &n_sites, &limit)) {
+  int matmul_plans = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nL|p:BufferPool", const_cast<char**>(kwlist), &n_sites, &limit,
+                                   &matmul_plans)) {
     return nullptr;
   }
   if (n_sites < 0 || limit < 0) return PyErr_Format(PyExc_ValueError, "BufferPool: negative sites or limit");
@@ -168,12 +178,15 @@ PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (self == nullptr) return nullptr;
   self->sites = new std::vector<PoolSite>(static_cast<size_t>(n_sites));
   self->limit_bytes = limit;
-  self->held_bytes = self->reuses = self->allocations = self->direct_matmuls = 0;
+  self->held_bytes = self->reuses = self->allocations = self->direct_matmuls = self->planned_matmuls = 0;
+  self->matmul_plans = matmul_plans != 0;
+  self->workspace = new trident::PlanWorkspace();
   return reinterpret_cast<PyObject*>(self);
 }
 
 void pool_dealloc(PyObject* self) {
   delete as_pool(self)->sites;
+  delete as_pool(self)->workspace;
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -200,8 +213,12 @@ PyObject* pool_references(PyObject* self, PyObject* arg) {
 
 PyObject* pool_clear(PyObject* self, PyObject*) {
   BufferPoolObject* pool = as_pool(self);
-  for (PoolSite& site : *pool->sites) site = PoolSite();
+  for (PoolSite& site : *pool->sites) {
+    site.buffer = at::Tensor();
+    site.bytes = 0;  // the matmul plans stay: they hold no memory of the program's
+  }
   pool->held_bytes = 0;
+  *pool->workspace = trident::PlanWorkspace();
   Py_RETURN_NONE;
 }
 
@@ -211,6 +228,23 @@ PyObject* pool_limit_bytes(PyObject* self, void*) { return PyLong_FromLongLong(a
 PyObject* pool_reuses(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->reuses); }
 PyObject* pool_allocations(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->allocations); }
 PyObject* pool_direct_matmuls(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->direct_matmuls); }
+PyObject* pool_planned_matmuls(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->planned_matmuls); }
+
+// matmul_plans -> {site: None (planned) or why not}, for the sites that tried to make a plan.
+PyObject* pool_matmul_plans(PyObject* self, void*) {
+  PyObject* out = PyDict_New();
+  const std::vector<PoolSite>& sites = *as_pool(self)->sites;
+  for (size_t i = 0; out != nullptr && i < sites.size(); ++i) {
+    const trident::MatmulPlanSlot& slot = sites[i].matmul;
+    if (slot.untried()) continue;
+    PyObject* key = PyLong_FromSize_t(i);
+    PyObject* value = slot.plan ? Py_NewRef(Py_None) : PyUnicode_FromString(slot.refusal.c_str());
+    if (key == nullptr || value == nullptr || PyDict_SetItem(out, key, value) != 0) Py_CLEAR(out);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+  }
+  return out;
+}
 
 PyMethodDef pool_methods[] = {
     {"reserve", pool_reserve, METH_O, "reserve(n): at least n allocation sites (the lowering numbers them)"},
@@ -226,6 +260,8 @@ PyGetSetDef pool_getset[] = {
     {"reuses", pool_reuses, nullptr, "allocations served by a kept buffer", nullptr},
     {"allocations", pool_allocations, nullptr, "allocations made through ATen", nullptr},
     {"direct_matmuls", pool_direct_matmuls, nullptr, "matmuls run by calling ATen's CUDA kernel directly", nullptr},
+    {"planned_matmuls", pool_planned_matmuls, nullptr, "matmuls run by a site's verified cuBLASLt plan", nullptr},
+    {"matmul_plans", pool_matmul_plans, nullptr, "{site: None if planned, else why not} for sites that tried", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -307,15 +343,24 @@ TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensor
       *out = own(c == nullptr ? at::mm(x, w) : at::addmm(*c, x, w));
       return TRIDENT_OK;
     }
+    BufferPoolObject* self = as_pool(pool);
     const int64_t sizes[2] = {x.size(0), w.size(1)};
     const c10::DimVector strides = c10::contiguous_strides(sizes);
-    at::Tensor result = take(as_pool(pool), site, sizes, strides, x.scalar_type(), x.device());
+    int64_t stream = -1;
+    at::Tensor result = take(self, site, sizes, strides, x.scalar_type(), x.device(), &stream);
     if (reaches_cuda_kernel(result, x, w, c)) {
-      ++as_pool(pool)->direct_matmuls;
-      if (c == nullptr) {
-        at::cuda::mm_out(result, x, w);
+      trident::MatmulPlanSlot& plan = (*self->sites)[site].matmul;
+      const bool plans = self->matmul_plans && stream != -1;  // never while capturing a graph
+      if (plans && trident::run_matmul_plan(plan, *self->workspace, result, x, w, c, stream)) {
+        ++self->planned_matmuls;
       } else {
-        at::cuda::addmm_out(result, *c, x, w, 1, 1);
+        ++self->direct_matmuls;
+        if (c == nullptr) {
+          at::cuda::mm_out(result, x, w);
+        } else {
+          at::cuda::addmm_out(result, *c, x, w, 1, 1);
+        }
+        if (plans && plan.untried()) trident::try_matmul_plan(plan, *self->workspace, result, x, w, c, stream);
       }
     } else if (c == nullptr) {
       at::mm_out(result, x, w);

@@ -56,6 +56,8 @@ PyObject* kernel_launch_error_type();
 /* triton_launch.cpp: torch's current CUDA stream on a device and whether it is capturing a CUDA graph; false
  * before init_cuda succeeded or when the driver cannot tell. */
 bool current_cuda_stream(int32_t device_index, void** stream, bool* capturing);
+/* triton_launch.cpp: the calling thread's current CUDA context; false before init_cuda succeeded. */
+bool current_cuda_context(void** context);
 
 /* buffer_pool.cpp: the BufferPool type (a specialization's intermediate buffers, kept between calls). */
 extern PyTypeObject BufferPoolType;

@@ -481,6 +481,10 @@ bool trident::current_cuda_stream(int32_t device_index, void** stream, bool* cap
   return true;
 }
 
+bool trident::current_cuda_context(void** context) {
+  return cuda.current_context != nullptr && cuda.current_context(context) == 0;
+}
+
 extern "C" {
 
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* args, int64_t nargs) {

@@ -15,6 +15,7 @@ reference counts still catch).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch_mlir import ir
@@ -36,7 +37,8 @@ _STRIDED = 0  # c10::Layout
 
 
 def new_buffer_pool(sites: int) -> object:
-    """An empty BufferPool keeping up to TRIDENT_BUFFER_POOL_MB (for a compiled or a loaded specialization).
+    """An empty BufferPool keeping up to TRIDENT_BUFFER_POOL_MB (for a compiled or a loaded specialization), whose
+    CUDA matmul sites make cuBLASLt plans unless TRIDENT_MATMUL_PLANS=0.
 
     In a process that uses CUDA, the runtime's CUDA entry points are resolved first: the pool reads torch's
     current stream through them, and without them it would allocate every call."""
@@ -47,7 +49,25 @@ def new_buffer_pool(sites: int) -> object:
 
     if torch.cuda.is_initialized():
         cuda_ready()
-    return load_runtime().BufferPool(sites, int(knobs.buffer_pool_mb * 2**20))
+    return load_runtime().BufferPool(sites, int(knobs.buffer_pool_mb * 2**20), knobs.matmul_plans)
+
+
+def describe_pool(pool: Any) -> list[str]:
+    """explain's lines for a BufferPool: its reuse counters, then how its CUDA matmuls ran."""
+    lines = [
+        f"buffer pool: {pool.sites} allocation site(s), {pool.reuses} reuse(s), {pool.allocations} allocation(s), "
+        f"{pool.held_bytes} bytes kept (limit {pool.limit_bytes})"
+    ]
+    if pool.direct_matmuls or pool.planned_matmuls:
+        plans = pool.matmul_plans  # {site: None if planned, else why not}
+        planned = sum(why is None for why in plans.values())
+        reasons = sorted({why for why in plans.values() if why is not None})
+        lines.append(
+            f"CUDA matmuls: {pool.planned_matmuls} through cuBLASLt plans ({planned} of {len(plans)} site(s) planned), "
+            f"{pool.direct_matmuls} straight to ATen's CUDA kernel"
+            + (f"; not planned: {'; '.join(reasons)}" if reasons else "")
+        )
+    return lines
 
 
 def is_buffer_pool(obj: object) -> bool:
