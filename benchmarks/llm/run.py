@@ -335,7 +335,9 @@ def _pool_stats(pool: object) -> dict[str, int]:
     """A specialization's buffer pool counters (csrc/buffer_pool.cpp), when it has one."""
     if pool is None:
         return {}
-    return {"pool_sites": pool.sites, "pool_reuses": pool.reuses, "pool_allocations": pool.allocations}  # type: ignore[attr-defined]
+    return {"pool_sites": pool.sites, "pool_reuses": pool.reuses, "pool_allocations": pool.allocations,  # type: ignore[attr-defined]
+            "planned_matmuls": pool.planned_matmuls, "direct_matmuls": pool.direct_matmuls,  # type: ignore[attr-defined]
+            "matmul_plan_refusals": sorted({why for why in pool.matmul_plans.values() if why})}  # type: ignore[attr-defined]
 
 
 def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
