@@ -46,17 +46,22 @@ def _decode_layer(dtype: torch.dtype, seed: int):  # type: ignore[no-untyped-def
     return layer, gen
 
 
+def _jit_and_run(layer, gen, dtype: torch.dtype, rows: int, calls: int):  # type: ignore[no-untyped-def]
+    """trident.jit(layer) called `calls` times on fresh inputs, each result bitwise equal to eager's."""
+    jitted = trident.jit(layer)
+    with torch.no_grad():
+        for _ in range(calls):
+            x = torch.randn(rows, 2048, device="cuda", dtype=dtype, generator=gen)
+            assert torch.equal(jitted(x), layer(x))
+    return jitted
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 8])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_plans_compute_eagers_bits(rows: int, dtype: torch.dtype) -> None:
     layer, gen = _decode_layer(dtype, rows)
-    jitted = trident.jit(layer)
-    with torch.no_grad():
-        for _ in range(4):
-            x = torch.randn(rows, 2048, device="cuda", dtype=dtype, generator=gen)
-            assert torch.equal(jitted(x), layer(x))
-    pool = _pool(jitted)
+    pool = _pool(_jit_and_run(layer, gen, dtype, rows, calls=4))
     plans = pool.matmul_plans  # type: ignore[attr-defined]
     assert len(plans) == 3, plans  # every CUDA matmul site tried once
     assert all(why is None or isinstance(why, str) and why for why in plans.values()), plans
@@ -65,7 +70,7 @@ def test_plans_compute_eagers_bits(rows: int, dtype: torch.dtype) -> None:
     assert planned >= 2, plans
     assert pool.planned_matmuls == 3 * planned  # type: ignore[attr-defined]  # calls 2-4 of each planned site
     assert pool.direct_matmuls == 3 + 3 * (3 - planned)  # type: ignore[attr-defined]
-    assert "through cuBLASLt plans" in trident.explain(jitted)
+    assert "through cuBLASLt plans" in trident.explain(_jit_and_run(layer, gen, dtype, rows, calls=2))
 
 
 @pytest.mark.gpu
@@ -73,12 +78,7 @@ def test_float32_and_the_knob_keep_atens_kernel() -> None:
     for dtype, plans_on in ((torch.float32, True), (torch.bfloat16, False)):
         layer, gen = _decode_layer(dtype, 0)
         with override(matmul_plans=plans_on):
-            jitted = trident.jit(layer)
-            with torch.no_grad():
-                for _ in range(3):
-                    x = torch.randn(1, 2048, device="cuda", dtype=dtype, generator=gen)
-                    assert torch.equal(jitted(x), layer(x))
-        pool = _pool(jitted)
+            pool = _pool(_jit_and_run(layer, gen, dtype, 1, calls=3))
         assert pool.planned_matmuls == 0, (dtype, pool.matmul_plans)  # type: ignore[attr-defined]
         assert pool.direct_matmuls == 9  # type: ignore[attr-defined]
         if plans_on:
