@@ -83,3 +83,20 @@ def test_a_specialization_captured_under_a_mode_is_not_persisted(tmp_path: Path)
         with torch.no_grad(), torch.device("meta"):
             jitted(x)
     assert "not persisted: it was captured under torch function mode(s)" in trident.explain(jitted)
+
+
+def test_disabling_torch_functions_is_part_of_the_guard() -> None:
+    """Under torch._C.DisableTorchFunction a mode on the stack does not run: a specialization captured with the
+    mode active must not serve such a call, nor the other way round."""
+    jitted = trident.jit(ones_like_rows)
+    x = torch.randn(3)
+    with torch.no_grad(), count_compiles() as compiles, ZerosForOnes():
+        torch.testing.assert_close(jitted(x), torch.zeros(3))
+        for _ in range(2):  # a miss, then a native hit of the second specialization
+            with torch._C.DisableTorchFunction():
+                torch.testing.assert_close(jitted(x), torch.full((3,), 2.0))
+                assert torch.equal(jitted(x), ones_like_rows(x))
+        torch.testing.assert_close(jitted(x), torch.zeros(3))  # enabled again: the first specialization
+    assert compiles() == 2
+    assert "torch functions off" in trident.explain(jitted)
+    assert sum(jitted._trident.entry.hits()) >= 4  # type: ignore[attr-defined]

@@ -107,7 +107,8 @@ class RelationGuard:
 
 @dataclasses.dataclass(frozen=True)
 class GlobalStateGuard:
-    """Grad mode, autocast, inference mode and default dtype, packed as trident_global_state() packs them."""
+    """Grad mode, autocast, inference mode, torch functions disabled, default dtype: packed as
+    trident_global_state() packs them."""
 
     state: int
 
@@ -170,6 +171,16 @@ def dtype_code(dtype: torch.dtype) -> int:
     return int(_get_scalar_type_code(dtype))  # pragma: no cover
 
 
+# ATen's TorchFunctionDisabledState, set by torch._C.DisableTorchFunctionSubclass / DisableTorchFunction.
+_TORCH_FUNCTION_STATES = ("torch functions on", "subclass torch functions off", "torch functions off")
+
+
+def torch_function_disabled_state() -> int:
+    if torch._C._is_torch_function_all_disabled():
+        return 2
+    return 0 if torch._C._is_torch_function_enabled() else 1
+
+
 def current_global_state() -> int:
     autocast = any(
         torch.is_autocast_enabled(device) for device in ("cpu", "cuda")
@@ -178,6 +189,7 @@ def current_global_state() -> int:
         int(torch.is_grad_enabled())
         | int(autocast) << 1
         | int(torch.is_inference_mode_enabled()) << 2
+        | torch_function_disabled_state() << 3
         | dtype_code(torch.get_default_dtype()) << 8
     )
 
@@ -215,9 +227,12 @@ def describe_function_modes(modes: Sequence[object]) -> str:
 def describe_global_state(state: int) -> str:
     code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
     dtype = code_to_dtype.get((state >> 8) & 0xFF, f"dtype#{(state >> 8) & 0xFF}")
+    torch_functions = (state >> 3) & 3
     return (
         f"grad {'on' if state & 1 else 'off'}, autocast {'on' if state & 2 else 'off'}, "
-        f"inference mode {'on' if state & 4 else 'off'}, default dtype {str(dtype).removeprefix('torch.')}"
+        f"inference mode {'on' if state & 4 else 'off'}, "
+        + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions else "")
+        + f"default dtype {str(dtype).removeprefix('torch.')}"
     )
 
 

@@ -133,6 +133,8 @@ TRIDENT_API int64_t trident_global_state(void) {
     if (c10::GradMode::is_enabled()) state |= 1;
     if (any_autocast_enabled()) state |= 2;
     if (c10::InferenceMode::is_enabled()) state |= 4;
+    // torch._C.DisableTorchFunction(Subclass): 0 enabled, 1 subclasses disabled, 2 all disabled (modes too).
+    state |= static_cast<int64_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) << 3;
     state |= static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) << 8;
     return state;
   } catch (...) {
