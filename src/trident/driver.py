@@ -11,6 +11,7 @@ so a decode loop whose position grows compiles twice, not once per step.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
@@ -290,7 +291,8 @@ class JitFunction:
                 f"({len(spec.compiled.ops)} through the boxed dispatcher)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
-            lines += [f"    {describe_launch_site(site)}" for site in spec.compiled.launch_sites]
+            sites = collections.Counter(describe_launch_site(site) for site in spec.compiled.launch_sites)
+            lines += [f"    {text}" + (f" ({n} sites)" if n > 1 else "") for text, n in sites.items()]
             pool = spec.compiled.buffer_pool
             if pool is not None:
                 lines += [f"    {line}" for line in describe_pool(pool)]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trident import exc
-from trident.capture.guards import first_failure
+from trident.capture.guards import first_failure, group_alike
 from trident.capture.inputs import LeafKind, describe_call
 from trident.capture.trace import Dynamism, trace_function
 
@@ -117,3 +117,22 @@ def test_list_valued_sym_size_is_split_per_dim() -> None:
     assert zeros.args[1][1:] == [2, 4] and zeros.args[1][0].target is torch.ops.aten.sym_size.int
     assert view.args[1][0].target is torch.ops.aten.sym_size.int
     import_graph(graph, new_context())  # every value has a type now
+
+
+def test_explain_merges_alike_guards_and_keeps_the_rest() -> None:
+    lines = [
+        "x: Tensor float32 cpu rank 2",
+        "caches: list of length 4",
+        "y: Tensor float32 cpu rank 2",
+        *(f"caches[{i}]: tuple of length 2" for i in range(4)),
+        "n: int == 3",
+        "relation: s0 >= 2",
+    ]
+    assert group_alike(lines) == [
+        "x, y: Tensor float32 cpu rank 2",
+        "caches: list of length 4",
+        "caches[0], caches[1], ... caches[3] (4 alike): tuple of length 2",
+        "n: int == 3",
+        "relation: s0 >= 2",
+    ]
+    assert group_alike(["no label here", "no label here"]) == ["no label here"]

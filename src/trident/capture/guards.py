@@ -466,8 +466,35 @@ def _same_scalar(a: object, b: object) -> bool:
     return a == b
 
 
+def group_alike(lines: list[str]) -> list[str]:
+    """explain's guard lines with equal descriptions merged: "x, y: Tensor float32 cpu rank 2". A model's
+    32 cache tensors or 100 weights then take a line per kind instead of one each; a group of more than three
+    names its first two and last members and how many it has. First-seen order; a line without a label stays
+    (once)."""
+    groups: dict[str, list[str]] = {}  # description -> labels; an unlabeled line is its own description
+    for line in lines:
+        label, sep, description = line.partition(": ")
+        labels = groups.setdefault(description if sep else line, [])
+        if sep:
+            labels.append(label)
+    out = []
+    for description, labels in groups.items():
+        if not labels:
+            out.append(description)
+        elif len(labels) <= 3:
+            out.append(f"{', '.join(labels)}: {description}")
+        else:
+            out.append(f"{labels[0]}, {labels[1]}, ... {labels[-1]} ({len(labels)} alike): {description}")
+    return out
+
+
 def describe_guards(guards: GuardSet) -> list[str]:
-    """One line per guard, for trident.explain."""
+    """The guards for trident.explain, alike ones merged (group_alike)."""
+    return group_alike(_guard_lines(guards))
+
+
+def _guard_lines(guards: GuardSet) -> list[str]:
+    """One line per guard."""
     lines = [g.describe() for g in guards.sequences]
     for tg in guards.tensors:
         lines.append(tg.describe())
