@@ -401,8 +401,14 @@ bool trident::run_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, at
   void* context = nullptr;
   if (!current_cuda_context(&context) || !slot.plan->matches(result, x, w, bias, context)) return false;
   MatmulPlan& plan = *slot.plan;
-  const LtStatus status = plan.run(result, x, w, bias, workspace_for(workspace, plan.workspace_bytes, stream,
-                                                                      x.device()), stream);
+  LtStatus status = 0;
+  try {  // the workspace allocation may fail; ATen's kernel then computes the result as before
+    status = plan.run(result, x, w, bias, workspace_for(workspace, plan.workspace_bytes, stream, x.device()), stream);
+  } catch (const std::exception& e) {
+    slot.plan.reset();
+    slot.refusal = std::string("running the plan failed: ") + e.what();
+    return false;
+  }
   if (status == 0) return true;
   slot.plan.reset();
   slot.refusal = "cublasLtMatmul returned status " + std::to_string(status);
@@ -416,20 +422,25 @@ void trident::try_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, co
     slot.refusal = "no current CUDA context";
     return;
   }
-  std::string why;
-  std::shared_ptr<MatmulPlan> plan = make_plan(aten_result, x, w, bias, context, &why);
-  if (!plan) {
-    slot.refusal = why;
-    return;
-  }
-  at::Tensor scratch = at::empty_like(aten_result);
-  const LtStatus status = plan->run(scratch, x, w, bias, workspace_for(workspace, plan->workspace_bytes, stream,
-                                                                        x.device()), stream);
-  if (status != 0) {
-    slot.refusal = "cublasLtMatmul returned status " + std::to_string(status);
-  } else if (!at::equal(bits(scratch), bits(aten_result))) {
-    slot.refusal = "cuBLASLt's first algorithm computes other bits than ATen's kernel";
-  } else {
-    slot.plan = std::move(plan);
+  // An optimization attempt: whatever goes wrong here leaves a reason, never a failed call.
+  try {
+    std::string why;
+    std::shared_ptr<MatmulPlan> plan = make_plan(aten_result, x, w, bias, context, &why);
+    if (!plan) {
+      slot.refusal = why;
+      return;
+    }
+    at::Tensor scratch = at::empty_like(aten_result);
+    const LtStatus status = plan->run(scratch, x, w, bias, workspace_for(workspace, plan->workspace_bytes, stream,
+                                                                          x.device()), stream);
+    if (status != 0) {
+      slot.refusal = "cublasLtMatmul returned status " + std::to_string(status);
+    } else if (!at::equal(bits(scratch), bits(aten_result))) {
+      slot.refusal = "cuBLASLt's first algorithm computes other bits than ATen's kernel";
+    } else {
+      slot.plan = std::move(plan);
+    }
+  } catch (const std::exception& e) {
+    slot.refusal = std::string("making the plan failed: ") + e.what();
   }
 }
