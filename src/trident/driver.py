@@ -29,6 +29,7 @@ from .capture.guards import GuardSet, build_guards, describe_guards, first_failu
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, is_tracing, trace_function
 from .knobs import knobs, log_enabled
+from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .runtime.triton_native import describe_launch_site
@@ -288,7 +289,8 @@ class JitFunction:
             lines.append(
                 f"specialization {spec.index}: {hits[spec.index] if spec.index < len(hits) else 0} hit(s), "
                 f"{spec.origin} in {spec.compile_seconds * 1e3:.1f} ms, {len(spec.compiled.aten_calls)} ATen call(s) "
-                f"({len(spec.compiled.ops)} through the boxed dispatcher)"
+                f"({len(spec.compiled.ops)} through the boxed dispatcher, "
+                f"{sum(call.endswith(PRIVATE_VIEW) for call in spec.compiled.aten_calls)} private view(s) below autograd)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
             sites = collections.Counter(describe_launch_site(site) for site in spec.compiled.launch_sites)

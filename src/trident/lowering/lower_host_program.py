@@ -27,10 +27,11 @@ from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
+from .aliasing import PRIVATE_VIEW, is_private_view
 from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
 from .symbolic_ints import checked_int_op
 from ..runtime.triton_native import make_native_launch
-from ..runtime.typed_ops import typed_symbol
+from ..runtime.typed_ops import BELOW_AUTOGRAD, typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +325,9 @@ class HostProgramLowering:
         args = self._encode_operands(op)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
-        typed = typed_symbol(name, overload, len(op.operands))
+        typed = typed_symbol(name, overload, len(op.operands), below_autograd=is_private_view(op, aten_name))
+        if typed is not None and typed.endswith(BELOW_AUTOGRAD):
+            self.aten_calls[-1] += PRIVATE_VIEW
         if typed is not None:
             status = fb.call(Extern(typed, (PTR, PTR), abi.RUN_RESULT), [args, rets])
         else:

@@ -22,6 +22,7 @@ from torch_mlir import ir
 
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
 from ..knobs import knobs
+from .aliasing import escapes
 
 POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
 POOL_EMPTY_LIKE = Extern("trident_pool_empty_like", (PTR, I64, PTR, I64, I64, PTR), I32)
@@ -96,36 +97,6 @@ def _device_given(value: object) -> bool:
         return False
     device = torch.device(value)
     return device.type == "cpu" or (device.type == "cuda" and device.index is not None)
-
-
-def _aliases_an_operand(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> bool:
-    """Whether op's tensor result may share memory with an operand: a view, an in-place op, or an op whose
-    schema is not known here (assumed to)."""
-    if op.name.startswith("torch.prim."):  # a list holds its items; unpacking a list of views gives the views
-        return op.name in ("torch.prim.ListConstruct", "torch.prim.ListUnpack")
-    if op.name == "torch.operator" or not op.name.startswith("torch.aten."):
-        return True
-    name, overload = aten_name(op)
-    try:
-        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
-    except AttributeError:
-        return True
-    return any(r.alias_info is not None for r in schema.returns)
-
-
-def escapes(value: ir.Value, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> bool:
-    """Whether the function returns `value`, or a view or in-place result of it (the caller would keep it)."""
-    pending, seen = [value], set()
-    while pending:
-        v = pending.pop()
-        for use in v.uses:
-            user = use.owner.operation  # the generic Operation: an OpView's `name` may be an attribute's
-            if user.name == "func.return":
-                return True
-            if user not in seen and _aliases_an_operand(user, aten_name):
-                seen.add(user)
-                pending.extend(user.results)
-    return False
 
 
 def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> str | None:

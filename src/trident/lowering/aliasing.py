@@ -1,0 +1,79 @@
+"""Which tensors of a host program share memory, as far as the buffer pool and view lowering need to know.
+
+The questions are asked of torch-dialect IR before lowering: may an op's result alias one of its operands (a
+view, an in-place result, or an op whose schema is unknown: assumed to); does a value reach the function's
+return through such ops (then the caller keeps it); and is a view one of the call's private views.
+
+A private view is a view of a tensor the call made itself (not of an argument or a constant) that nothing
+outside the call can reach: neither the view nor anything else derived from that tensor is returned. Such a
+view is made below the autograd and ADInplaceOrView layers (typed_ops.VIEW_OPS' second entries): it then has
+no view metadata (`_base`) and its own version counter, which nothing can observe — no caller holds it or its
+base, and no compiled call records autograd history (calls needing autograd run eagerly). It shares the base's
+memory as any view does, so the buffer pool still sees it holding the base. (A custom operator reached through
+the boxed dispatcher sees a plain tensor where eager passes a view; only code inspecting `_base` could tell.)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch_mlir import ir
+
+from ..runtime.typed_ops import is_view_op
+
+AtenName = Callable[[ir.Operation], tuple[str, str]]
+PRIVATE_VIEW = " (private view)"  # how a compiled specialization's aten_calls mark them, for explain
+
+
+def aliases_an_operand(op: ir.Operation, aten_name: AtenName) -> bool:
+    """Whether op's tensor result may share memory with an operand: a view, an in-place op, or an op whose
+    schema is not known here (assumed to)."""
+    if op.name.startswith("torch.prim."):  # a list holds its items; unpacking a list of views gives the views
+        return op.name in ("torch.prim.ListConstruct", "torch.prim.ListUnpack")
+    if op.name == "torch.operator" or not op.name.startswith("torch.aten."):
+        return True
+    name, overload = aten_name(op)
+    try:
+        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
+    except AttributeError:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def escapes(value: ir.Value, aten_name: AtenName) -> bool:
+    """Whether the function returns `value`, or a view or in-place result of it (the caller would keep it)."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        for use in v.uses:
+            user = use.owner.operation  # the generic Operation: an OpView's `name` may be an attribute's
+            if user.name == "func.return":
+                return True
+            if user not in seen and aliases_an_operand(user, aten_name):
+                seen.add(user)
+                pending.extend(user.results)
+    return False
+
+
+def alias_root(value: ir.Value, aten_name: AtenName) -> ir.Value | None:
+    """The fresh tensor `value` is a view or in-place result of (following each aliasing op's first operand,
+    which is its `self`), or None when it derives from a function argument or a constant (block arguments), or
+    passes through an op other than an ATen operator."""
+    while True:
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return None  # a block argument: an input or a lifted constant
+        op = owner.operation
+        if not op.name.startswith("torch.aten.") or not op.operands:
+            return None
+        if not aliases_an_operand(op, aten_name):
+            return value
+        value = op.operands[0]
+
+
+def is_private_view(op: ir.Operation, aten_name: AtenName) -> bool:
+    """Whether op is one of typed_ops.VIEW_OPS applied to a tensor the call made and keeps to itself."""
+    if not is_view_op(*aten_name(op)):
+        return False
+    root = alias_root(op.operands[0], aten_name)
+    return root is not None and not escapes(root, aten_name)
