@@ -55,6 +55,9 @@ class Knobs:
     # TRIDENT_MATMUL_PLANS=0: pooled CUDA matmuls always call ATen's kernel; by default each site makes a cuBLASLt
     # plan on its first call and keeps it if it computes ATen's bits (csrc/matmul_plan.cpp).
     matmul_plans: bool = True
+    # TRIDENT_PRIVATE_VIEWS=0: views of a call's own intermediates keep autograd's view metadata (for bisecting;
+    # lowering/aliasing.py says why they need none).
+    private_views: bool = True
 
 
 def _read() -> Knobs:
@@ -72,6 +75,7 @@ def _read() -> Knobs:
         disk_cache_max_mb=float(os.environ.get("TRIDENT_DISK_CACHE_MAX_MB", "1024")),
         buffer_pool_mb=float(os.environ.get("TRIDENT_BUFFER_POOL_MB", "256")),
         matmul_plans=_flag_on_unless_off("TRIDENT_MATMUL_PLANS"),
+        private_views=_flag_on_unless_off("TRIDENT_PRIVATE_VIEWS"),
     )
 
 
@@ -88,6 +92,8 @@ KNOB_DOCS = {
     "(default 256; 0: allocate every call)",
     "TRIDENT_MATMUL_PLANS": "0: pooled bf16/fp16 CUDA matmuls always go through ATen's kernel instead of a per-site "
     "cuBLASLt plan verified against ATen's bits (default on)",
+    "TRIDENT_PRIVATE_VIEWS": "0: views of a call's own intermediates are made through autograd's layers like other "
+    "views (default on: below them)",
 }
 
 knobs = _read()

@@ -19,3 +19,15 @@ def test_host_overhead_cpu_runs(tmp_path: Path) -> None:
     assert "20 ops" in result.stdout and "100 ops" in result.stdout
     data = json.loads(out.read_text())
     assert data["machine"]["torch"] and data["results"]["20 ops"]["trident"] > 0
+
+
+def test_private_views_cpu_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "private_views_cpu.py"), "--calls", "20", "--rounds", "1",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["views"] == 80 and set(data["us_per_call"]) == {"below autograd", "through autograd", "eager"}

@@ -24,6 +24,7 @@ from .. import exc
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX
+from ..knobs import knobs
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
@@ -325,7 +326,8 @@ class HostProgramLowering:
         args = self._encode_operands(op)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
-        typed = typed_symbol(name, overload, len(op.operands), below_autograd=is_private_view(op, aten_name))
+        private = knobs.private_views and is_private_view(op, aten_name)
+        typed = typed_symbol(name, overload, len(op.operands), below_autograd=private)
         if typed is not None and typed.endswith(BELOW_AUTOGRAD):
             self.aten_calls[-1] += PRIVATE_VIEW
         if typed is not None:
