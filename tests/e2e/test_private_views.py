@@ -63,3 +63,24 @@ def test_views_of_arguments_and_returned_views_stay_views() -> None:
             assert x_jit._version - before_jit == x_eager._version - before_eager
             assert view_jit._is_view() and view_eager._is_view()
     assert _private_views(jitted) == 0  # x[:2] views an argument; h[1:] and h[0] view a returned tensor
+
+
+def test_a_view_of_an_out_result_views_the_out_argument() -> None:
+    """mm(..., out=buf) returns buf itself: a view of that result is a view of an argument, not private."""
+
+    def f(x, buf):  # type: ignore[no-untyped-def]
+        h = x * 2
+        product = torch.mm(h, h.t(), out=buf)
+        product[:1].zero_()  # bumps buf's version in eager
+        return buf.sum()
+
+    jitted = trident.jit(f)
+    x = torch.randn(3, 3)
+    buf_eager, buf_jit = torch.zeros(3, 3), torch.zeros(3, 3)
+    with torch.no_grad():
+        for _ in range(2):
+            before_eager, before_jit = buf_eager._version, buf_jit._version
+            torch.testing.assert_close(jitted(x, buf_jit), f(x, buf_eager))
+            torch.testing.assert_close(buf_jit, buf_eager)
+            assert buf_jit._version - before_jit == buf_eager._version - before_eager
+    assert _private_views(jitted) == 1  # only h.t()

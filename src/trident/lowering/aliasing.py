@@ -55,20 +55,40 @@ def escapes(value: ir.Value, aten_name: AtenName) -> bool:
     return False
 
 
+def _aliased_operand(op: ir.Operation, aten_name: AtenName) -> int | None:
+    """The operand an aliasing ATen op's (single) result shares memory with, by the schema's alias sets: `self`
+    for views and in-place ops, `out` for out= variants; None when the schema does not say."""
+    name, overload = aten_name(op)
+    try:
+        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
+    except AttributeError:
+        return None
+    if len(schema.returns) != 1 or schema.returns[0].alias_info is None:
+        return None
+    sets = schema.returns[0].alias_info.before_set
+    for index, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.before_set & sets:
+            return index if index < len(op.operands) else None
+    return None
+
+
 def alias_root(value: ir.Value, aten_name: AtenName) -> ir.Value | None:
-    """The fresh tensor `value` is a view or in-place result of (following each aliasing op's first operand,
-    which is its `self`), or None when it derives from a function argument or a constant (block arguments), or
-    passes through an op other than an ATen operator."""
+    """The fresh tensor `value` is a view or in-place result of (following each aliasing op to the operand its
+    result aliases), or None when it derives from a function argument or a constant (block arguments), passes
+    through an op other than an ATen operator, or through one whose aliasing the schema does not pin down."""
     while True:
         owner = value.owner
         if isinstance(owner, ir.Block):
             return None  # a block argument: an input or a lifted constant
         op = owner.operation
-        if not op.name.startswith("torch.aten.") or not op.operands:
+        if not op.name.startswith("torch.aten."):
             return None
         if not aliases_an_operand(op, aten_name):
             return value
-        value = op.operands[0]
+        aliased = _aliased_operand(op, aten_name)
+        if aliased is None:
+            return None
+        value = op.operands[aliased]
 
 
 def is_private_view(op: ir.Operation, aten_name: AtenName) -> bool:

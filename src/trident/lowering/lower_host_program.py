@@ -24,8 +24,8 @@ from .. import exc
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX
-from ..knobs import knobs
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
+from ..knobs import knobs
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view

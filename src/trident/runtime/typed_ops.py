@@ -40,7 +40,7 @@ TYPED_OPS = (
 )  # fmt: skip
 
 # The pure views among them: each also gets an entry that runs below the autograd and ADInplaceOrView layers
-# (lowering/intermediate_views.py says when compiled code may call it).
+# (lowering/aliasing.py says when compiled code may call it: private views).
 VIEW_OPS = ("t", "transpose.int", "permute", "view", "unsqueeze", "squeeze.dim", "expand", "slice.Tensor",
             "select.int", "alias")  # fmt: skip
 BELOW_AUTOGRAD = "_below_autograd"  # the suffix of those entries' symbols
