@@ -93,12 +93,6 @@ struct LtApi {
                      size_t workspace_bytes, void* stream) = nullptr;
 };
 
-template <typename T>
-bool resolve(void* library, const char* symbol, T* out) {
-  *out = reinterpret_cast<T>(dlsym(library, symbol));
-  return *out != nullptr;
-}
-
 // The cuBLASLt torch loaded, resolved once; null (and *why) when there is none.
 const LtApi* lt_api(std::string* why) {
   static LtApi api;
@@ -112,17 +106,17 @@ const LtApi* lt_api(std::string* why) {
     }
     if (library == nullptr) {
       failure = "torch has not loaded cuBLASLt (libcublasLt.so.11-13)";
-    } else if (!resolve(library, "cublasLtCreate", &api.create) ||
-               !resolve(library, "cublasLtMatmulDescCreate", &api.desc_create) ||
-               !resolve(library, "cublasLtMatmulDescSetAttribute", &api.desc_set) ||
-               !resolve(library, "cublasLtMatmulDescDestroy", &api.desc_destroy) ||
-               !resolve(library, "cublasLtMatrixLayoutCreate", &api.layout_create) ||
-               !resolve(library, "cublasLtMatrixLayoutDestroy", &api.layout_destroy) ||
-               !resolve(library, "cublasLtMatmulPreferenceCreate", &api.preference_create) ||
-               !resolve(library, "cublasLtMatmulPreferenceSetAttribute", &api.preference_set) ||
-               !resolve(library, "cublasLtMatmulPreferenceDestroy", &api.preference_destroy) ||
-               !resolve(library, "cublasLtMatmulAlgoGetHeuristic", &api.heuristic) ||
-               !resolve(library, "cublasLtMatmul", &api.matmul)) {
+    } else if (!trident::resolve(library, "cublasLtCreate", &api.create) ||
+               !trident::resolve(library, "cublasLtMatmulDescCreate", &api.desc_create) ||
+               !trident::resolve(library, "cublasLtMatmulDescSetAttribute", &api.desc_set) ||
+               !trident::resolve(library, "cublasLtMatmulDescDestroy", &api.desc_destroy) ||
+               !trident::resolve(library, "cublasLtMatrixLayoutCreate", &api.layout_create) ||
+               !trident::resolve(library, "cublasLtMatrixLayoutDestroy", &api.layout_destroy) ||
+               !trident::resolve(library, "cublasLtMatmulPreferenceCreate", &api.preference_create) ||
+               !trident::resolve(library, "cublasLtMatmulPreferenceSetAttribute", &api.preference_set) ||
+               !trident::resolve(library, "cublasLtMatmulPreferenceDestroy", &api.preference_destroy) ||
+               !trident::resolve(library, "cublasLtMatmulAlgoGetHeuristic", &api.heuristic) ||
+               !trident::resolve(library, "cublasLtMatmul", &api.matmul)) {
       failure = "the loaded cuBLASLt lacks an entry point plans need";
       api = LtApi();
     }
@@ -189,6 +183,19 @@ bool same_matrix(const at::Tensor& t, const int64_t sizes[2], const int64_t stri
          t.stride(1) == strides[1];
 }
 
+// A workspace of at least `bytes` for `stream`, or null for none needed.
+void* workspace_for(trident::PlanWorkspace& workspace, size_t bytes, int64_t stream, const at::Device& device) {
+  if (bytes == 0) return nullptr;
+  at::Tensor& buffer = workspace.buffer;
+  if (!buffer.defined() || workspace.stream != stream || buffer.device() != device ||
+      static_cast<size_t>(buffer.numel()) < bytes) {
+    const int64_t size = std::max<int64_t>(static_cast<int64_t>(bytes), buffer.defined() ? buffer.numel() : 0);
+    buffer = at::empty({size}, at::TensorOptions().dtype(at::kByte).device(device));
+    workspace.stream = stream;
+  }
+  return buffer.data_ptr();
+}
+
 }  // namespace
 
 // --- The plan ------------------------------------------------------------------------------------------------
@@ -238,7 +245,7 @@ class MatmulPlan {
   }
 
   LtStatus run(at::Tensor& result, const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
-               void* workspace, int64_t stream) {
+               PlanWorkspace& workspace, int64_t stream) {
     if (has_bias && bias->const_data_ptr() != bias_pointer) {
       const void* pointer = bias->const_data_ptr();
       const LtStatus status = api->desc_set(desc, kDescBiasPointer, &pointer, sizeof(pointer));
@@ -247,27 +254,15 @@ class MatmulPlan {
     }
     const float alpha = 1.f, beta = 0.f;
     return api->matmul(handle, desc, &alpha, w.const_data_ptr(), w_layout, x.const_data_ptr(), x_layout, &beta,
-                       result.data_ptr(), out_layout, result.data_ptr(), out_layout, &algo, workspace,
-                       workspace_bytes, reinterpret_cast<void*>(stream));
+                       result.data_ptr(), out_layout, result.data_ptr(), out_layout, &algo,
+                       workspace_for(workspace, workspace_bytes, stream, x.device()), workspace_bytes,
+                       reinterpret_cast<void*>(stream));
   }
 };
 
 }  // namespace trident
 
 namespace {
-
-// A workspace of at least `bytes` for `stream`, or null for none needed.
-void* workspace_for(trident::PlanWorkspace& workspace, size_t bytes, int64_t stream, const at::Device& device) {
-  if (bytes == 0) return nullptr;
-  at::Tensor& buffer = workspace.buffer;
-  if (!buffer.defined() || workspace.stream != stream || buffer.device() != device ||
-      static_cast<size_t>(buffer.numel()) < bytes) {
-    const int64_t size = std::max<int64_t>(static_cast<int64_t>(bytes), buffer.defined() ? buffer.numel() : 0);
-    buffer = at::empty({size}, at::TensorOptions().dtype(at::kByte).device(device));
-    workspace.stream = stream;
-  }
-  return buffer.data_ptr();
-}
 
 // Builds the plan for these operands, or returns null with *why. Mirrors ATen's cuBLAS arguments for a
 // row-major result: result^T (column-major, N x M, ld N) = op(w) (N x K) * x^T (K x M).
@@ -403,7 +398,7 @@ bool trident::run_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, at
   MatmulPlan& plan = *slot.plan;
   LtStatus status = 0;
   try {  // the workspace allocation may fail; ATen's kernel then computes the result as before
-    status = plan.run(result, x, w, bias, workspace_for(workspace, plan.workspace_bytes, stream, x.device()), stream);
+    status = plan.run(result, x, w, bias, workspace, stream);
   } catch (const std::exception& e) {
     slot.plan.reset();
     slot.refusal = std::string("running the plan failed: ") + e.what();
@@ -431,8 +426,7 @@ void trident::try_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, co
       return;
     }
     at::Tensor scratch = at::empty_like(aten_result);
-    const LtStatus status = plan->run(scratch, x, w, bias, workspace_for(workspace, plan->workspace_bytes, stream,
-                                                                          x.device()), stream);
+    const LtStatus status = plan->run(scratch, x, w, bias, workspace, stream);
     if (status != 0) {
       slot.refusal = "cublasLtMatmul returned status " + std::to_string(status);
     } else if (!at::equal(bits(scratch), bits(aten_result))) {

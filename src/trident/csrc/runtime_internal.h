@@ -12,6 +12,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
+
 #include "trident_runtime.h"
 
 namespace trident {
@@ -58,6 +60,14 @@ PyObject* kernel_launch_error_type();
 bool current_cuda_stream(int32_t device_index, void** stream, bool* capturing);
 /* triton_launch.cpp: the calling thread's current CUDA context; false before init_cuda succeeded. */
 bool current_cuda_context(void** context);
+
+/* A symbol of a dlopen'ed library as a typed function pointer; false (and *out null) when it is missing. Used
+ * for the CUDA driver and torch's CUDA library (triton_launch.cpp) and cuBLASLt (matmul_plan.cpp). */
+template <typename T>
+bool resolve(void* library, const char* symbol, T* out) {
+  *out = reinterpret_cast<T>(dlsym(library, symbol));
+  return *out != nullptr;
+}
 
 /* buffer_pool.cpp: the BufferPool type (a specialization's intermediate buffers, kept between calls). */
 extern PyTypeObject BufferPoolType;

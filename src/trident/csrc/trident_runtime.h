@@ -108,7 +108,8 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
 #define TRIDENT_SEQ_LIST 2
 
 /* Process-wide state a specialization depends on, packed: bit 0 grad mode enabled, bit 1 any autocast enabled,
- * bit 2 inference mode, bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
+ * bit 2 inference mode, bits 3..4 torch functions disabled (0 on, 1 subclasses off, 2 all off: ATen's
+ * TorchFunctionDisabledState), bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
 TRIDENT_API int64_t trident_global_state(void);
 
 /* The torch function mode stack (torch.set_default_device, `with torch.device(...)`, user TorchFunctionModes).

@@ -413,12 +413,6 @@ PyGetSetDef launch_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
-template <typename T>
-bool resolve(void* library, const char* symbol, T* out) {
-  *out = reinterpret_cast<T>(dlsym(library, symbol));
-  return *out != nullptr;
-}
-
 }  // namespace
 
 PyTypeObject trident::TritonLaunchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -459,12 +453,12 @@ PyObject* trident::init_cuda(PyObject*, PyObject* args) {
     return PyErr_Format(PyExc_RuntimeError, "torch's CUDA library %s is not loaded: %s", torch_cuda_path, dlerror());
   }
   CudaApi api;
-  if (!resolve(driver, "cuLaunchKernel", &api.launch) || !resolve(driver, "cuCtxGetCurrent", &api.current_context) ||
-      !resolve(driver, "cuGetErrorName", &api.error_name) || !resolve(driver, "cuGetErrorString", &api.error_string) ||
+  if (!trident::resolve(driver, "cuLaunchKernel", &api.launch) || !trident::resolve(driver, "cuCtxGetCurrent", &api.current_context) ||
+      !resolve(driver, "cuGetErrorName", &api.error_name) || !trident::resolve(driver, "cuGetErrorString", &api.error_string) ||
       !resolve(driver, "cuStreamIsCapturing", &api.is_capturing)) {
     return PyErr_Format(PyExc_RuntimeError, "libcuda.so.1 lacks a driver entry point Trident needs");
   }
-  if (!resolve(torch_cuda, "aoti_torch_get_current_cuda_stream", &api.current_stream)) {
+  if (!trident::resolve(torch_cuda, "aoti_torch_get_current_cuda_stream", &api.current_stream)) {
     return PyErr_Format(PyExc_RuntimeError, "%s does not export aoti_torch_get_current_cuda_stream", torch_cuda_path);
   }
   cuda = api;

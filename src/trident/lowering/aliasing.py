@@ -25,6 +25,15 @@ AtenName = Callable[[ir.Operation], tuple[str, str]]
 PRIVATE_VIEW = " (private view)"  # how a compiled specialization's aten_calls mark them, for explain
 
 
+def _aten_schema(op: ir.Operation, aten_name: AtenName) -> torch.FunctionSchema | None:
+    """The schema of a torch.aten.* op, or None when this torch does not have it."""
+    name, overload = aten_name(op)
+    try:
+        return getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
+    except AttributeError:
+        return None
+
+
 def aliases_an_operand(op: ir.Operation, aten_name: AtenName) -> bool:
     """Whether op's tensor result may share memory with an operand: a view, an in-place op, or an op whose
     schema is not known here (assumed to)."""
@@ -32,12 +41,8 @@ def aliases_an_operand(op: ir.Operation, aten_name: AtenName) -> bool:
         return op.name in ("torch.prim.ListConstruct", "torch.prim.ListUnpack")
     if op.name == "torch.operator" or not op.name.startswith("torch.aten."):
         return True
-    name, overload = aten_name(op)
-    try:
-        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
-    except AttributeError:
-        return True
-    return any(r.alias_info is not None for r in schema.returns)
+    schema = _aten_schema(op, aten_name)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)
 
 
 def escapes(value: ir.Value, aten_name: AtenName) -> bool:
@@ -58,12 +63,8 @@ def escapes(value: ir.Value, aten_name: AtenName) -> bool:
 def _aliased_operand(op: ir.Operation, aten_name: AtenName) -> int | None:
     """The operand an aliasing ATen op's (single) result shares memory with, by the schema's alias sets: `self`
     for views and in-place ops, `out` for out= variants; None when the schema does not say."""
-    name, overload = aten_name(op)
-    try:
-        schema = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
-    except AttributeError:
-        return None
-    if len(schema.returns) != 1 or schema.returns[0].alias_info is None:
+    schema = _aten_schema(op, aten_name)
+    if schema is None or len(schema.returns) != 1 or schema.returns[0].alias_info is None:
         return None
     sets = schema.returns[0].alias_info.before_set
     for index, argument in enumerate(schema.arguments):

@@ -32,7 +32,7 @@ from .aliasing import PRIVATE_VIEW, is_private_view
 from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
 from .symbolic_ints import checked_int_op
 from ..runtime.triton_native import make_native_launch
-from ..runtime.typed_ops import BELOW_AUTOGRAD, typed_symbol
+from ..runtime.typed_ops import typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +328,7 @@ class HostProgramLowering:
         rets = fb.alloca(n_rets, PTR, "rets")
         private = knobs.private_views and is_private_view(op, aten_name)
         typed = typed_symbol(name, overload, len(op.operands), below_autograd=private)
-        if typed is not None and typed.endswith(BELOW_AUTOGRAD):
+        if typed is not None and private:
             self.aten_calls[-1] += PRIVATE_VIEW
         if typed is not None:
             status = fb.call(Extern(typed, (PTR, PTR), abi.RUN_RESULT), [args, rets])
