@@ -34,7 +34,7 @@ import time
 import types
 from typing import Any
 
-from ..capture.triton_launches import RecordedLaunch
+from ..capture.triton_launches import RecordedLaunch, compiled_form
 from ..runtime.triton_native import VariantArguments, add_variant, kernel_chain, launch_hooks_active, make_native_launch
 from .fingerprint import code_digest
 
@@ -325,7 +325,8 @@ def _load_variants(launch: RecordedLaunch, recipe: LaunchRecipe) -> None:
 
 def _named_chain(module: types.ModuleType, qualname: str) -> list[Any]:
     """The object bound to `qualname` in `module` and the objects on its `.fn` chain, outermost first, ending
-    with a JITFunction; [] when the name leads elsewhere."""
+    with a JITFunction; [] when the name leads elsewhere. A kernel decorated under TRITON_INTERPRET=1 is named
+    by its compiled form, the twin capture recorded."""
     from triton.runtime.jit import JITFunction
 
     obj: Any = module
@@ -333,7 +334,7 @@ def _named_chain(module: types.ModuleType, qualname: str) -> list[Any]:
         obj = getattr(obj, part, None)
         if obj is None:
             return []
-    wrappers, jit = kernel_chain(obj)
+    wrappers, jit = kernel_chain(compiled_form(obj))
     return [*wrappers, jit] if isinstance(jit, JITFunction) else []
 
 

@@ -12,10 +12,14 @@ A recorded node reads (torch 2.13, all keyword arguments):
 
 `run_recorded_launch_on_cpu` executes one such launch through Triton's interpreter (no TRITON_INTERPRET
 needed), so CPU tests can check captured kernels numerically.
+
+With TRITON_INTERPRET=1 set before Triton is imported (CPU Triton users set it), kernels are interpreter objects;
+`compiled_form` gives each the JITFunction `@triton.jit` would have made, which is what gets recorded.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -121,14 +125,114 @@ def mutated_arg_names(node: torch.fx.Node) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Kernels decorated under TRITON_INTERPRET=1
+
+
+# Interpreter-mode object -> its compiled-mode twin, by id (kernels live as long as their module; the entry
+# holds the object too, so its id is not reused while the entry exists). One twin per object: torch's side
+# table, the launch-site cache and the warm-start locator compare kernels by identity.
+_twins: dict[int, tuple[Any, Any]] = {}
+
+
+def compiled_form(kernel: Any) -> Any:
+    """`kernel` as `@triton.jit` would have built it without TRITON_INTERPRET.
+
+    With the variable set when a kernel is decorated, `@triton.jit` returns an InterpretedFunction (which
+    launches through numpy and touches data pointers, so it cannot run on fake tensors) and torch's wrap_triton
+    passes such kernels through untraced. The twin is a JITFunction of the same Python function and options,
+    under copies of the Autotuner / Heuristics wrappers around it: what torch records and the side table holds,
+    what runs through the interpreter at execution on CPU (as a JITFunction would), and what the warm-start
+    locator checks. Its cache_key is the one Triton computes without the variable. Other kernels are returned
+    as they are."""
+    with _lock:
+        twin = _twin(kernel)
+        if twin is not kernel:
+            _hash_as_compiled(twin)
+        return twin
+
+
+def _twin(kernel: Any) -> Any:
+    """The memoized twin of `kernel` (itself when no InterpretedFunction is on its `.fn` chain), not hashed."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(kernel, (InterpretedFunction, Autotuner, Heuristics)):
+        return kernel
+    known = _twins.get(id(kernel))
+    if known is not None and known[0] is kernel:
+        return known[1]
+    if isinstance(kernel, InterpretedFunction):
+        twin = JITFunction(kernel.fn, **kernel.kwargs)
+    else:
+        inner = _twin(kernel.fn)
+        if inner is kernel.fn:
+            return kernel  # no interpreter object on the chain
+        twin = copy.copy(kernel)  # hooks, configs and heuristics shared: they read only the launch's arguments
+        twin.fn = inner
+        if isinstance(twin, Autotuner):
+            twin.cache = {}  # the twin tunes (on CUDA) on its own
+    _twins[id(kernel)] = (kernel, twin)
+    _twin_ids.add(id(twin))
+    return twin
+
+
+_twin_ids: set[int] = set()  # of every twin made (each kept alive by _twins)
+
+
+def made_under_interpreter(kernel: Any) -> bool:
+    """Whether a recorded kernel (or a wrapper torch made around it) is the twin of an interpreter object: its
+    launches run through Triton's interpreter on every device, as the user's kernel does in eager."""
+    while kernel is not None:
+        if id(kernel) in _twin_ids:
+            return True
+        kernel = getattr(kernel, "fn", None)
+    return False
+
+
+def _hash_as_compiled(twin: Any) -> None:
+    """Compute the innermost JITFunction's cache_key (Triton's hash of its source and of the @triton.jit
+    functions and constexpr globals it uses) with the @triton.jit helpers it calls, InterpretedFunctions
+    themselves, hashed as their twins: Triton's DependenciesFinder rejects interpreter objects."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import DependenciesFinder, JITFunction
+
+    jit = twin
+    while not isinstance(jit, JITFunction):  # Autotuner / Heuristics wrappers
+        jit = jit.fn
+    if jit.hash is not None:
+        return
+    original = DependenciesFinder.__dict__["record_reference"]
+
+    def record_reference(self: Any, val: Any, var_dict: Any = None, name: Any = None) -> None:
+        if isinstance(val, InterpretedFunction):
+            with _lock:  # another thread hashing meanwhile waits here instead of racing on _twins
+                val = _twin(val)
+        return original(self, val, var_dict, name)
+
+    DependenciesFinder.record_reference = record_reference  # under _lock; only interpreter objects differ
+    try:
+        jit.cache_key
+    except BaseException:
+        # Triton leaves its recursion placeholder behind on failure, in the kernel and in any helper it reached.
+        for _, made in _twins.values():
+            if isinstance(made, JITFunction) and str(made.hash).startswith("recursion:"):
+                made.hash = None
+        raise
+    finally:
+        DependenciesFinder.record_reference = original
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Rerouting launches during a trace
 
 
 def _launch_classes() -> list[type]:
     from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    return [JITFunction, Autotuner, Heuristics]
+    return [JITFunction, Autotuner, Heuristics, InterpretedFunction]
 
 
 def _apply_heuristics(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
@@ -161,7 +265,7 @@ def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
         kwargs.pop("warmup", None)
         _flags.rerouting = True
         try:
-            kernel = _apply_heuristics(self, args, kwargs)
+            kernel = _apply_heuristics(compiled_form(self), args, kwargs)
             return torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
         finally:
             _flags.rerouting = False
@@ -375,8 +479,13 @@ class RecordedLaunch:
         if any(d == 0 for d in grid[0]):
             return
         on_cpu = all(t.device.type == "cpu" for t in kwargs.values() if isinstance(t, torch.Tensor))
+        interpreted = not on_cpu and made_under_interpreter(kernel_side_table.get_kernel(self.kernel_idx))
+        if interpreted and self.native is not None and self.native.disabled_reason is None:
+            self.native.disable("the kernel was decorated under TRITON_INTERPRET=1: it runs through Triton's "
+                                "interpreter, as in eager")
         try:
-            if on_cpu:
+            if on_cpu or interpreted:
+                # The interpreter copies device tensors to the host and back, as eager's interpreted launch does.
                 run_recorded_launch_on_cpu(
                     self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs
                 )
