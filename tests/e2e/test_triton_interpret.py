@@ -168,7 +168,8 @@ def test_triton_interpret_captures_compiles_and_warm_starts(tmp_path: Path) -> N
         assert (summary["compiles"], summary["eager_calls"]) == (1, 0), f"{name}:\n{summary['explain']}"
         assert summary["hits"] == 3, f"{name}:\n{summary['explain']}"  # every call ran the native entry
         assert "run through Triton's interpreter" in summary["explain"], summary["explain"]
-    assert "Triton kernel 'add_kernel': CPU tensors, run through Triton's interpreter (2 sites)" in cold["twice"]["explain"]
+    twice = cold["twice"]["explain"]
+    assert "Triton kernel 'add_kernel': CPU tensors, run through Triton's interpreter (2 sites)" in twice, twice
     assert cold["stats"]["stores"] == len(FUNCTIONS), cold["stats"]
 
     # A new process with the variable set loads every specialization (its kernels found again by name and

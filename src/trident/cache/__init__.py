@@ -47,6 +47,13 @@ Not covered by the key or the fingerprint (a warm start trusts these to be as th
     capture that mutates them is not detected.
 An in-process specialization trusts the same things; across processes they are likelier to differ.
 
+Trusted like code (trust.py): records unpickle and libraries load native code, so a record, a library or the
+runtime is loaded only when it and every folder from the cache root down are owned by this user (or root) and
+writable by no one else, its real path is inside the cache, and no parent of the root is writable by everyone
+without the sticky bit. Otherwise: one UntrustedCacheWarning naming the path, what was found and the fix; the
+call compiles, and nothing is written there. Folders are made 0700, files 0600. A root-owned read-only cache (a
+container image) is used.
+
 Knobs: TRIDENT_DISK_CACHE, TRIDENT_DISK_CACHE_DIR, TRIDENT_DISK_CACHE_MAX_MB (knobs.py).
 """
 from __future__ import annotations
@@ -81,7 +88,7 @@ def size_bytes() -> int:
 
 def stats() -> dict[str, float]:
     """This process's counts: lookups, loads, stores, not_persisted, rejected, corrupt, write_failures,
-    triton_binaries_loaded, and triton_binary_load_ms."""
+    untrusted, triton_binaries_loaded, and triton_binary_load_ms."""
     from .warm_start import stats as counts
 
     return dataclasses.asdict(counts)

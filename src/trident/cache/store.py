@@ -15,6 +15,11 @@ library, unless eviction or clear() removed it since, which a reader treats as a
 Corruption: a record whose digest does not match (truncated, altered, other format) or whose library is
 missing or does not match its hash is removed, and the caller compiles as if it were absent.
 
+Trust (trust.py): folders are made 0700 and files written 0600. A record or library is read only when it and
+every folder from the trust root (TRIDENT_DISK_CACHE_DIR, else TRIDENT_CACHE_DIR) down are owned by this user
+or root and writable by no one else; otherwise trust.Untrusted is raised (one warning per path) and the caller
+compiles. Nothing is published into an untrusted folder.
+
 Size: after each publish, if the folder holds more than TRIDENT_DISK_CACHE_MAX_MB, the least recently used
 records (and their libraries) are removed until it holds 90% of the limit. "Used" is the record's mtime,
 which a load refreshes (os.utime): access times are often not maintained (noatime mounts).
@@ -30,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..knobs import knobs
+from . import trust
 from .record import CorruptRecord, Record, decode, encode, library_digest
 
 LAYOUT = "v1"
@@ -43,13 +49,17 @@ def cache_root() -> Path:
     return (knobs.disk_cache_dir or knobs.cache_dir / "specializations") / LAYOUT
 
 
+def trust_root() -> Path:
+    """The folder from which every folder down to a stored file must be trusted (trust.py)."""
+    return knobs.disk_cache_dir or knobs.cache_dir
+
+
 def key_folder(key: str) -> Path:
     return cache_root() / key[:2] / key
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
+    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -63,10 +73,13 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def publish(key: str, record: Record, library: bytes) -> Path:
-    """Store a library and its record; returns the record's path."""
+    """Store a library and its record; returns the record's path. Raises trust.Untrusted (writing nothing)
+    when a folder on the way is not trusted."""
     folder = key_folder(key)
+    trust.make_private_folders(folder, trust_root())
     library_path = folder / record.library
-    if not library_path.exists() or library_digest(library_path.read_bytes()) != record.library_digest:
+    stored = trust.trusted(library_path, trust_root())  # one someone else could have written is replaced
+    if not stored or library_digest(library_path.read_bytes()) != record.library_digest:
         _write_atomically(library_path, library)
     data = encode(record)
     record_path = folder / (library_digest(data)[:40] + RECORD_SUFFIX)
@@ -93,7 +106,9 @@ def record_paths(key: str) -> list[Path]:
 
 
 def read_record(path: Path) -> Record | None:
-    """The record at `path`, or None if it vanished meanwhile; raises CorruptRecord for a damaged one."""
+    """The record at `path`, or None if it vanished meanwhile; raises CorruptRecord for a damaged one and
+    trust.Untrusted for one someone else could have written."""
+    trust.check(path, trust_root())
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -102,8 +117,10 @@ def read_record(path: Path) -> Record | None:
 
 
 def read_library(path: Path, record: Record) -> Path:
-    """The path of the record's library after checking its bytes; raises CorruptRecord if missing or altered."""
+    """The path of the record's library after checking its bytes; raises CorruptRecord if missing or altered,
+    trust.Untrusted if someone else could have written it."""
     library_path = path.parent / record.library
+    trust.check(library_path, trust_root())
     try:
         data = library_path.read_bytes()
     except FileNotFoundError as e:
@@ -177,6 +194,8 @@ def evict() -> list[Path]:
             record = read_record(path)
         except CorruptRecord:
             record = None
+        except trust.Untrusted:
+            continue  # nothing is changed in an untrusted folder
         remove(path, record)
         total -= size
         if record is not None:

@@ -46,7 +46,7 @@ from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..lowering.pipeline import CompiledSpecialization
 from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
-from . import code_deps, launch_sites, store
+from . import code_deps, launch_sites, store, trust
 from .fingerprint import StateWalk, Unfingerprintable, format_path
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
@@ -72,6 +72,7 @@ class Stats:
     rejected: int = 0  # records whose checks or guard did not accept a call
     corrupt: int = 0  # records removed as truncated or altered
     write_failures: int = 0  # publishes the file system refused (the first one is logged as a warning)
+    untrusted: int = 0  # records not read and publishes not written: someone else could write there (trust.py)
     triton_binaries_loaded: int = 0  # distinct Triton binaries (cubins) loaded for loaded specializations
     triton_binary_load_ms: float = 0.0  # the time that took (a warm start's share that is Triton's loader's)
 
@@ -163,6 +164,9 @@ class Session:
             return self._publish(spec)
         except Unfingerprintable as e:
             return str(e)
+        except trust.Untrusted as e:  # warned already, once per path
+            stats.untrusted += 1
+            return f"the disk cache folder is not trusted: {e}"
         except OSError as e:  # the folder is not writable, the disk is full: say so once, then under the topic
             reason = f"cannot write to the disk cache folder {store.cache_root()}: {e}"
             if not stats.write_failures:
@@ -264,6 +268,8 @@ def _load(session: Session) -> Specialization | None:
             if record is None:  # removed meanwhile (eviction, clear)
                 continue
             return _load_record(session, path, record, walks, code_indexes)
+        except trust.Untrusted:  # warned already, once per path; nothing is removed there
+            stats.untrusted += 1
         except _Rejected as e:
             stats.rejected += 1
             _log("record %s of '%s' does not fit: %s", path.name, session.jit.name, e)
