@@ -8,9 +8,13 @@ the compiler command and the torch installation, so a changed source or another 
 g++ is invoked directly (no ninja). The translation units compile in parallel; the link writes into a
 temporary directory next to the target and `os.replace` publishes it, so concurrent builders never expose
 a half-written file to each other (a lock file also makes a second builder wait instead of compiling).
+
+The library is loaded only from a folder only its owner can write (cache/trust.py); elsewhere it is built into
+a private temporary folder of the process instead, with a warning saying how to fix the cache.
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import fcntl
 import functools
@@ -19,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -30,6 +35,7 @@ from types import ModuleType
 
 import torch
 
+from trident.cache import trust
 from trident.exc import TridentError
 from trident.knobs import knobs
 from trident.runtime import typed_ops
@@ -120,19 +126,45 @@ def _build(target: Path) -> None:
         os.replace(partial, target)
 
 
+_private_build_dirs: dict[Path, Path] = {}  # build folder refused -> this process's private folder for it
+
+
+def _trusted_build_dir() -> tuple[Path, Path]:
+    """(the build folder, the root it is checked from): _build_dir() under TRIDENT_CACHE_DIR, unless someone
+    else could write there (cache/trust.py). Then a fresh private folder of this process instead: Trident keeps
+    working, at the price of building the runtime again in every such process until the cache is fixed, which
+    the warning says how to do; loading a library others could have written is never an option."""
+    folder = _build_dir()
+    private = _private_build_dirs.get(folder)
+    if private is not None:
+        return private / folder.name, private
+    try:
+        trust.check(folder / f"{MODULE_NAME}.so", knobs.cache_dir, consequence=(
+            "Trident builds its runtime into a private temporary folder instead, again in every process (~30 s) "
+            "until this is fixed"))  # fmt: skip
+        return folder, knobs.cache_dir
+    except trust.Untrusted:
+        private = _private_build_dirs[folder] = Path(tempfile.mkdtemp(prefix="trident-runtime-"))  # 0700, ours
+        atexit.register(shutil.rmtree, private, ignore_errors=True)  # a loaded library outlives its file
+        return private / folder.name, private
+
+
 def runtime_library_path() -> str:
     """Path of the runtime shared object for this torch and Python, building it first if needed."""
-    target = _build_dir() / f"{MODULE_NAME}.so"
+    folder, root = _trusted_build_dir()
+    target = folder / f"{MODULE_NAME}.so"
     if target.exists():
+        trust.check(target, root)  # the file itself, right before it is loaded
         return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    trust.make_private_folders(target.parent, root)
     # One builder at a time per folder (parallel test workers would otherwise all compile); the atomic
     # os.replace in _build keeps a reader safe even where the lock is not honoured.
-    with open(target.parent / ".lock", "a+b") as lock:
+    with os.fdopen(os.open(target.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600), "r+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not target.exists():  # another process may have built it while we waited
                 _build(target)
+                os.chmod(target, 0o700)  # owner-only, like every cache entry
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return str(target)
