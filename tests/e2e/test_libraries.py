@@ -303,8 +303,10 @@ def test_flag_gems_llama_decode_step() -> None:
     def inputs(pos: int, device: str) -> tuple[torch.Tensor, ...]:
         return torch.tensor([[pos % 128]], device=device), torch.full((1, 1), pos, device=device)
 
-    jitted = decode_loop(build, inputs, "cuda", expected_compiles=1)
-    assert torch.isfinite(jitted(*inputs(len(POSITIONS), "cuda"))).all()
+    with torch.no_grad():  # flag-gems 5.0.2 with torch 2.11 gave non-finite logits eagerly (TOOLCHAIN.md)
+        logits = build("cuda")(*inputs(0, "cuda"))
+    assert torch.isfinite(logits).all(), f"flag-gems {flag_gems.__version__}: non-finite logits in eager"
+    decode_loop(build, inputs, "cuda", expected_compiles=1)
 
 
 # ---------------------------------------------------------------------------------------------------------
