@@ -305,7 +305,7 @@ def test_flag_gems_llama_decode_step() -> None:
 
     with torch.no_grad():  # flag-gems 5.0.2 with torch 2.11 gave non-finite logits eagerly (TOOLCHAIN.md)
         logits = build("cuda")(*inputs(0, "cuda"))
-    assert torch.isfinite(logits).all(), f"flag-gems {flag_gems.__version__}: non-finite logits in eager"
+    assert torch.isfinite(logits).all(), f"flag-gems {getattr(flag_gems, '__version__', '?')}: non-finite logits in eager"
     decode_loop(build, inputs, "cuda", expected_compiles=1)
 
 
