@@ -31,3 +31,15 @@ def test_private_views_cpu_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
     assert data["views"] == 80 and set(data["us_per_call"]) == {"below autograd", "through autograd", "eager"}
+
+
+def test_libraries_runs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "libraries.py"), str(tmp_path), "--device", "cpu",
+         "--only", "liger,fla", "--steps", "2", "--rounds", "1"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "libraries.cpu.json").read_text())["results"]
+    assert [r["library"] for r in rows] == ["liger", "fla"]
+    assert all(r["status"] == "ok" or r["status"].startswith("not installed") for r in rows), rows

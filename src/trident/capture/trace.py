@@ -31,7 +31,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch.utils import _pytree as pytree
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, get_proxy_slot, make_fx
 from torch.fx.experimental.symbolic_shapes import (
     DimDynamic,
     GuardOnDataDependentSymNode,
@@ -43,6 +43,7 @@ from torch.overrides import TorchFunctionMode
 from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
+from .kept_fakes import recipe_of, remember_constant_computations, replay
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,23 +211,56 @@ class _TracingMode(TorchFunctionMode):
       constant-fold an op whose inputs are all real tensors, running `counter.add_(1)` for real);
       `real_of` maps each such fake back to its live tensor, which _lift_constants passes to compiled code;
     - rejects reads of tensor values in Python (data-dependent control flow);
-    - keeps SymInt indices and torch.tensor([pos]) symbolic."""
+    - keeps SymInt indices and torch.tensor([pos]) symbolic;
+    - recomputes fakes of an earlier capture that the program kept (a library's cache, kept_fakes.py), and
+      notes each op's results for the next capture to do the same."""
 
     def __init__(self, fake_mode: FakeTensorMode) -> None:
         super().__init__()
         self.fake_mode = fake_mode
-        self.real_of: dict[int, torch.Tensor] = {}  # id(fake) -> live tensor
+        self.real_of: dict[int, torch.Tensor] = {}  # id(live tensor's fake) -> live tensor
         self._fake_of: dict[int, torch.Tensor] = {}  # id(live tensor) -> fake
+        self.produced: list[tuple[FakeTensor, torch.fx.Node]] = []  # each op's fake results, with their node
+        self._replayed: dict[int, torch.Tensor] = {}  # kept_fakes.replay's memo
 
     def _fake(self, t: torch.Tensor) -> torch.Tensor:
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or isinstance(t, FakeTensor):
+        if isinstance(t, FakeTensor):
+            return t if t.fake_mode is self.fake_mode else self._recompute(t)
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
             return t
         fake = self._fake_of.get(id(t))
         if fake is None:
-            fake = self.fake_mode.from_tensor(t, static_shapes=True)
+            # Outside make_fx's proxy mode: converting a view (`table[None]`) fakes its base first and makes the
+            # view from it with as_strided, which the proxy mode would record, leaving the base's fake as a
+            # constant no live tensor stands behind. Converted here, the view is one constant: the live view.
+            with disable_proxy_modes_tracing():
+                fake = self.fake_mode.from_tensor(t, static_shapes=True)
             self._fake_of[id(t)] = fake
             self.real_of[id(fake)] = t
         return fake
+
+    def _recompute(self, kept: FakeTensor) -> torch.Tensor:
+        """This trace's value of a fake an earlier capture made and the program kept (kept_fakes.py)."""
+        recipe = recipe_of(kept)
+        if recipe is None:
+            where = user_location(traceback.extract_stack()[:-1])
+            raise exc.UnsupportedConstruct(
+                "the function reads a tensor that an earlier capture of it computed and something kept (a "
+                "library's cache?); it was computed from the call's arguments or written in place, so it cannot "
+                f"be recomputed from constants\n  at {where}\n  Keep such caches outside the jitted function, "
+                "or disable them (e.g. FLA_DISABLE_TENSOR_CACHE=1 for fla)."
+            )
+        return replay(recipe, self._fake, self._replayed)
+
+    def _note_results(self, result: object) -> None:
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is None:
+            return
+        for value in pytree.tree_leaves(result):
+            if isinstance(value, FakeTensor) and value.fake_mode is self.fake_mode:
+                slot = get_proxy_slot(value, proxy_mode.tracer, None)
+                if slot is not None:
+                    self.produced.append((value, slot.proxy.node))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -253,7 +287,9 @@ class _TracingMode(TorchFunctionMode):
                 value = torch.tensor(value, dtype=view.dtype, device=view.device)
             view.copy_(value)
             return None
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        self._note_results(result)
+        return result
 
 
 def _same_batch(a: object, b: object) -> bool:
@@ -373,6 +409,7 @@ def trace_function(
     with _translate_capture_errors(), torch.inference_mode(False), torch.no_grad(), _tracing(), \
             intercept_triton_launches(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    remember_constant_computations(gm, mode.real_of, mode.produced)
     _split_size_lists(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
     derived = fold_constant_views(gm, len(traced), constants, fake_constants)

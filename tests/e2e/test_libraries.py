@@ -1,0 +1,382 @@
+"""Public Triton kernel libraries under trident.jit, called the way their users call them.
+
+Each test runs a decode loop at growing int positions (on CPU and, marked `gpu`, on CUDA), compares every
+step with eager running the same library code, and counts compiles: the first call compiles, the second (a new
+position) makes the position symbolic, the rest hit the native entry. On CPU the libraries' kernels run through
+Triton's interpreter on both sides: eagerly through `interpreted_launches()` below (a CPU user would set
+TRITON_INTERPRET=1 before importing the library; this does the same per launch), under Trident through its
+own CPU launch path. On CUDA every launch after the first of each kernel variant must be native.
+
+Libraries (installed by the `test` extra; each test skips naming the missing package):
+liger-kernel (functional ops; Hugging Face Llama with `apply_liger_kernel_to_llama` and a StaticCache),
+fla-core (`attn_decoding_one_step`), conch-triton-kernels (paged attention with cache writes through a block
+table), flag-gems (CUDA only: its kernels replace ATen's on CUDA).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import trident
+from trident.testing import count_compiles, triton_launch_sites
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+POSITIONS = range(5)  # decode steps; the cache holds MAX_LEN positions
+MAX_LEN = 16
+
+
+def need(module: str) -> Any:
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[test]' installs it)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Eager on CPU: the libraries' launches through Triton's interpreter
+
+
+@contextlib.contextmanager
+def interpreted_launches(device: str) -> Iterator[None]:
+    """Eager launches of Triton kernels on CPU tensors run through Triton's interpreter (as under
+    TRITON_INTERPRET=1), with the first autotune config, as Trident's CPU path runs them. No-op on CUDA."""
+    if device != "cpu":
+        yield
+        return
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    from trident.capture.triton_launches import run_recorded_launch_on_cpu
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> None:
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        run_recorded_launch_on_cpu(kernel_side_table.add_kernel(self), kernel_side_table.add_constant_args(named),
+                                   grid, {}, {})
+
+    classes = (JITFunction, Autotuner, Heuristics)
+    saved = [cls.__dict__["run"] for cls in classes]
+    for cls in classes:
+        cls.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for cls, original in zip(classes, saved):
+            cls.run = original  # type: ignore[method-assign]
+
+
+@triton.jit
+def _rsqrt(x):  # type: ignore[no-untyped-def]
+    return 1.0 / tl.sqrt(x)
+
+
+@pytest.fixture
+def interpreter_gaps(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Triton 3.6's interpreter returns None for libdevice functions (TOOLCHAIN.md): on CPU, liger's RMSNorm
+    kernel gets an rsqrt the interpreter runs."""
+    if request.node.callspec.params.get("device") == "cpu":
+        rms_norm = need("liger_kernel.ops.rms_norm")
+        monkeypatch.setattr(rms_norm, "rsqrt", _rsqrt)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The decode loop every test runs
+
+
+def decode_loop(build: Callable[[str], Callable[..., Any]], inputs: Callable[[int, str], tuple[Any, ...]],
+                device: str, expected_compiles: int = 2, launches: bool = True) -> Any:
+    """Run a decode step eagerly and under trident.jit (each on its own state, built by `build`) at every
+    position; results must be equal at every step. Returns the jitted step."""
+    eager_step, jitted = build(device), trident.jit(build(device))
+    with torch.no_grad(), count_compiles() as compiles:
+        for pos in POSITIONS:
+            args = inputs(pos, device)
+            with interpreted_launches(device):
+                expected = eager_step(*args)
+            actual = jitted(*args)
+            torch.testing.assert_close(actual, expected, rtol=0, atol=0, msg=lambda m: f"position {pos}: {m}")
+            if pos == 2:  # every kernel variant has been compiled and registered by now
+                fallbacks = _fallback_launches(jitted)
+    state = jitted._trident  # type: ignore[attr-defined]
+    assert compiles() == expected_compiles, trident.explain(jitted)
+    assert state.eager_calls == 0, state.eager_reason
+    # Every call ran compiled code (a miss runs the specialization it just compiled); only compiles missed.
+    assert sum(jitted.hits()) == len(POSITIONS) and state.misses == expected_compiles  # type: ignore[attr-defined]
+    sites = triton_launch_sites(jitted)
+    assert bool(sites) == launches, trident.explain(jitted)
+    if device == "cuda":  # after warm-up, every launch is native
+        assert all(site.disabled_reason is None for site in sites), trident.explain(jitted)  # type: ignore[attr-defined]
+        assert _fallback_launches(jitted) == fallbacks, trident.explain(jitted)
+    return jitted
+
+
+def _fallback_launches(jitted: Any) -> int:
+    return sum(getattr(site, "fallback_launches", 0) for site in triton_launch_sites(jitted))
+
+
+def _randn(*shape: int, device: str, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# liger-kernel
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_liger_functional_decode_step(device: str, interpreter_gaps: None) -> None:
+    """RMSNorm, RoPE (cos/sin rows of a table at the position) and SwiGLU through liger's functional API."""
+    functional = need("liger_kernel.transformers.functional")
+    hidden, heads, kv_heads, head_dim = 64, 4, 2, 16
+
+    def build(device: str) -> Callable[..., Any]:
+        weight = 1 + 0.1 * _randn(hidden, device=device, seed=1)
+        w_qkv = _randn((heads + 2 * kv_heads) * head_dim, hidden, device=device, seed=2) / 8
+        w_up = _randn(2 * 128, hidden, device=device, seed=3) / 8
+        angles = torch.arange(MAX_LEN, device=device)[:, None] * (0.5 ** torch.arange(head_dim // 2, device=device))
+        cos, sin = torch.cat([angles.cos()] * 2, -1)[None], torch.cat([angles.sin()] * 2, -1)[None]
+
+        def step(x: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
+            h = functional.liger_rms_norm(x, weight, 1e-6)
+            q, k, _ = (h @ w_qkv.t()).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+            q = q.view(1, 1, heads, head_dim).transpose(1, 2)
+            k = k.view(1, 1, kv_heads, head_dim).transpose(1, 2)
+            q, k = functional.liger_rope(q, k, cos[:, pos:pos + 1], sin[:, pos:pos + 1])
+            gate, up = (h @ w_up.t()).chunk(2, -1)
+            return q, k, functional.liger_swiglu(gate, up)
+
+        return step
+
+    decode_loop(build, lambda pos, device: (_randn(1, 1, hidden, device=device, seed=10 + pos), pos), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_liger_llama_static_cache(device: str, interpreter_gaps: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hugging Face LlamaForCausalLM with liger's RMSNorm, RoPE and SwiGLU MLP, its whole forward jitted,
+    one token per step into a StaticCache."""
+    need("liger_kernel")
+    transformers = need("transformers")
+    from liger_kernel.transformers import apply_liger_kernel_to_llama
+    from transformers.models.llama import modeling_llama
+
+    for name in ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP"):  # undone after the test
+        monkeypatch.setattr(modeling_llama, name, getattr(modeling_llama, name))
+    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=MAX_LEN, tie_word_embeddings=True)
+    config._attn_implementation = "sdpa"
+
+    def build(device: str) -> Callable[..., Any]:
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to(device).eval()
+        cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+        cache.early_initialization(batch_size=1, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
+                                   dtype=torch.float32, device=device)
+
+        def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=tokens, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
+
+        return step
+
+    def inputs(pos: int, device: str) -> tuple[torch.Tensor, ...]:
+        token = torch.randint(0, 128, (1, 1), generator=torch.Generator().manual_seed(pos))
+        return token.to(device), torch.full((1, 1), pos, device=device)
+
+    # Positions are tensors here (Hugging Face's API): one specialization serves every step.
+    jitted = decode_loop(build, inputs, device, expected_compiles=1)
+    names = {getattr(site, "kernel_name", getattr(site, "name", "")) for site in triton_launch_sites(jitted)}
+    assert {"_rms_norm_forward_kernel", "_triton_rope", "_swiglu_forward_kernel"} <= names, names
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fla-core
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_attn_decoding_one_step(device: str) -> None:
+    """fla's decode attention over a KV cache the step writes at the position (GQA: 4 query heads, 2 kv)."""
+    decoding = need("fla.ops.attn.decoding")
+    heads, kv_heads, head_dim = 4, 2, 16
+
+    def build(device: str) -> Callable[..., Any]:
+        k_cache = torch.zeros(1, MAX_LEN, kv_heads, head_dim, device=device)
+        v_cache = torch.zeros(1, MAX_LEN, kv_heads, head_dim, device=device)
+
+        def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int) -> torch.Tensor:
+            k_cache[:, pos] = k
+            v_cache[:, pos] = v
+            cu_seqlens = torch.tensor([0, pos + 1], device=q.device)
+            return decoding.attn_decoding_one_step(q, k_cache[:, :pos + 1], v_cache[:, :pos + 1],
+                                                   cu_seqlens=cu_seqlens)
+
+        return step
+
+    def inputs(pos: int, device: str) -> tuple[Any, ...]:
+        return (_randn(1, 1, heads, head_dim, device=device, seed=pos), _randn(1, kv_heads, head_dim, device=device,
+                seed=100 + pos), _randn(1, kv_heads, head_dim, device=device, seed=200 + pos), pos)
+
+    decode_loop(build, inputs, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_tensor_cache_across_captures(device: str) -> None:
+    """fla memoizes `prepare_lens(cu_seqlens)` by the identity of its argument. With a closed-over cu_seqlens,
+    the first capture leaves its fake result in fla's cache and the second capture (position now symbolic) gets
+    it back: Trident recomputes it in the new graph instead of failing ("closes over a FakeTensor")."""
+    index = need("fla.ops.utils.index")
+
+    def build(device: str) -> Callable[..., Any]:
+        cu_seqlens = torch.tensor([0, 3, 7], device=device)
+
+        def step(x: torch.Tensor, pos: int) -> torch.Tensor:
+            return x[pos] * index.prepare_lens(cu_seqlens)
+
+        return step
+
+    decode_loop(build, lambda pos, device: (_randn(8, 2, device=device, seed=pos), pos), device, launches=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# conch-triton-kernels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conch_paged_attention(device: str) -> None:
+    """vLLM-style decode: reshape_and_cache writes the new key/value at the slot the block table gives for the
+    position, then paged_attention reads the sequence through the block table."""
+    attention = need("conch.ops.attention.paged_attention")
+    cache_ops = need("conch.ops.vllm.reshape_and_cache")
+    batch, heads, kv_heads, head_dim, block_size, blocks = 2, 4, 2, 16, 4, 8
+
+    def build(device: str) -> Callable[..., Any]:
+        k_cache = torch.zeros(blocks, block_size, kv_heads, head_dim, device=device)
+        v_cache = torch.zeros(blocks, block_size, kv_heads, head_dim, device=device)
+        # Sequence 0 owns blocks 5, 2, 7, 0; sequence 1 owns 1, 6, 3, 4: not in order, so the table matters.
+        block_table = torch.tensor([[5, 2, 7, 0], [1, 6, 3, 4]], dtype=torch.int32, device=device)
+
+        def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int) -> torch.Tensor:
+            slots = block_table[:, pos // block_size].long() * block_size + pos % block_size
+            cache_ops.reshape_and_cache(k, v, k_cache, v_cache, slots)
+            seq_lens = torch.full((batch,), pos + 1, dtype=torch.int32, device=device)
+            return attention.paged_attention(q, k_cache, v_cache, block_table, seq_lens, scale=head_dim ** -0.5)
+
+        return step
+
+    def inputs(pos: int, device: str) -> tuple[Any, ...]:
+        return (_randn(batch, heads, head_dim, device=device, seed=pos),
+                _randn(batch, kv_heads, head_dim, device=device, seed=100 + pos),
+                _randn(batch, kv_heads, head_dim, device=device, seed=200 + pos), pos)
+
+    decode_loop(build, inputs, device)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# flag-gems (CUDA only: it registers its Triton kernels as ATen's CUDA implementations)
+
+
+@pytest.mark.gpu
+def test_flag_gems_llama_decode_step() -> None:
+    flag_gems = need("flag_gems")
+    transformers = need("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=MAX_LEN, tie_word_embeddings=True)
+    config._attn_implementation = "sdpa"
+
+    def build(device: str) -> Callable[..., Any]:
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to(device).eval()
+        cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+        cache.early_initialization(batch_size=1, num_heads=2, head_dim=16, dtype=torch.float32, device=device)
+
+        def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+            with flag_gems.use_gems():
+                return model(input_ids=tokens, position_ids=position_ids, past_key_values=cache).logits
+
+        return step
+
+    def inputs(pos: int, device: str) -> tuple[torch.Tensor, ...]:
+        return torch.tensor([[pos % 128]], device=device), torch.full((1, 1), pos, device=device)
+
+    with torch.no_grad():  # flag-gems 5.0.2 with torch 2.11 gave non-finite logits eagerly (TOOLCHAIN.md)
+        logits = build("cuda")(*inputs(0, "cuda"))
+    assert torch.isfinite(logits).all(), f"flag-gems {getattr(flag_gems, '__version__', '?')}: non-finite logits in eager"
+    decode_loop(build, inputs, "cuda", expected_compiles=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the library tests found, without a library
+
+
+def test_closed_over_view_is_one_live_constant() -> None:
+    """A closed-over view (`cos_table[None]`, as a RoPE table passed to liger_rope): capture used to record its
+    conversion to a fake (base, then as_strided), leaving a fake base behind ("closes over a FakeTensor that is
+    not a plain strided tensor"). It is one constant, read by reference: updates of its base are seen."""
+    table = torch.randn(4, 8)
+    view = table[None]
+    jitted = trident.jit(lambda x: x + view)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(torch.ones(1, 4, 8)), 1 + view, rtol=0, atol=0)
+        table.add_(1)
+        torch.testing.assert_close(jitted(torch.ones(1, 4, 8)), 1 + view, rtol=0, atol=0)
+    assert jitted._trident.misses == 1 and sum(jitted.hits()) == 2  # type: ignore[attr-defined]
+
+
+
+def _memoized(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A library-style cache by argument identity (fla's @tensor_cache, functools.cache over a device...)."""
+    kept: dict[tuple[int, ...], tuple[tuple[object, ...], torch.Tensor]] = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args: object) -> torch.Tensor:
+        key = tuple(id(a) for a in args)
+        if key not in kept:
+            kept[key] = (args, fn(*args))
+        return kept[key][1]
+
+    return wrapper
+
+
+def test_kept_tensor_computed_from_constants_is_recomputed() -> None:
+    table = torch.arange(6.0)
+
+    @_memoized
+    def scaled(t: torch.Tensor, scale: int) -> torch.Tensor:
+        return (t * scale).view(2, 3).t()  # a computation and a view of it
+
+    @_memoized
+    def ramp(n: int) -> torch.Tensor:  # a lazily created constant: factories only
+        return torch.linspace(0, 1, n)
+
+    def step(x: torch.Tensor, pos: int) -> torch.Tensor:
+        return x * pos + scaled(table, 2).sum(1) + ramp(3)
+
+    jitted = trident.jit(step)
+    with torch.no_grad(), count_compiles() as compiles:
+        for pos in range(4):
+            torch.testing.assert_close(jitted(torch.ones(3), pos), torch.ones(3) * pos + (table * 2).view(2, 3).t().sum(1)
+                                       + torch.linspace(0, 1, 3), rtol=0, atol=0)
+        table.mul_(10)  # the graph recomputes from the live tensor, as the first specialization does
+        torch.testing.assert_close(jitted(torch.ones(3), 5), 5 + (table * 2).view(2, 3).t().sum(1)
+                                   + torch.linspace(0, 1, 3), rtol=0, atol=0)
+    assert compiles() == 2 and sum(jitted.hits()) == 5  # type: ignore[attr-defined]
+
+
+def test_kept_tensor_computed_from_arguments_is_named() -> None:
+    first: list[torch.Tensor] = []
+
+    def step(x: torch.Tensor, pos: int) -> torch.Tensor:
+        if not first:
+            first.append(x * 2)  # kept from the first capture: a value of that call's argument
+        return first[0] + pos
+
+    jitted = trident.jit(step)
+    with torch.no_grad():
+        jitted(torch.ones(3), 0)
+        with pytest.raises(trident.exc.UnsupportedConstruct, match="an earlier capture of it computed"):
+            jitted(torch.ones(3), 1)
