@@ -183,6 +183,12 @@ class Session:
         if spec.guards.function_modes:
             return "it was captured under torch function mode(s) (a default device, a TorchFunctionMode): " \
                    "objects of this process"
+        if spec.guards.attributes:
+            read = [g.label for g in spec.guards.attributes]
+            return (
+                f"it reads module state ({', '.join(read[:3])}{', ...' if len(read) > 3 else ''}): its guards hold "
+                "this process's module objects, and finding them again in another process is not implemented yet"
+            )
         state = self.captured_state if self.captured_state is not None else self._state_after_capture()
         if isinstance(state, str):
             return state
@@ -446,7 +452,7 @@ def _constant_recipes(
             elif i in trace.created_constants:
                 if obj.numel() > CREATED_CONSTANT_LIMIT:
                     return [], (
-                        f"constant #{i}, a tensor of {obj.numel()} elements the function creates from Python data, is "
+                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates from Python data, is "
                         f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
                     )
                 buffer = io.BytesIO()
@@ -454,7 +460,7 @@ def _constant_recipes(
                 recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
             else:
                 return [], (
-                    f"constant #{i} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
+                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
                     "reads) was not found from the function's roots (self, closure cells, globals its code names, "
                     "arguments passed by identity, and globals of the user code that ran), so another process "
                     "could not find it again"
