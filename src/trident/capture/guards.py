@@ -131,7 +131,17 @@ class DerivedConstantGuard:
         return f"constant #{self.index}: a view of {base} made at capture, at its data + {self.distance} bytes"
 
 
-ABSENT = object()  # AttributeGuard.value of an entry that must not exist
+class _Absent:
+    """AttributeGuard.value of an entry that must not exist; pickles as this module's ABSENT (disk cache)."""
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 @dataclasses.dataclass(frozen=True)
