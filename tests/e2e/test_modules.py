@@ -197,3 +197,21 @@ def test_jit_on_forward_in_the_class_body() -> None:
 def test_jit_of_a_module_class_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"trident.jit got the class Model; jit an instance"):
         trident.jit(Model)
+
+
+def test_hooks_registered_or_removed_after_capture_are_followed() -> None:
+    model = Model().eval()
+    wrapped = trident.jit(model)
+    x = torch.randn(3, 8)
+    with torch.no_grad(), count_compiles() as compiles:
+        same_as_eager(wrapped, model, x)
+        handle = model.layers[1].norm.register_forward_hook(lambda mod, args, out: out * 3)
+        same_as_eager(wrapped, model, x)  # the new hook runs: a recompile, not the hook-less program
+        assert "hooks registered (RemovableHandle.next_id): value mismatch" in trident.explain(wrapped)
+        same_as_eager(wrapped, model, x)
+        handle.remove()
+        same_as_eager(wrapped, model, x)  # without the hook again (the counter moved on: one more compile)
+        assert "last miss: layers.1.norm._forward_hooks[" in trident.explain(wrapped)
+        same_as_eager(wrapped, model, x)
+    assert compiles() == 3
+    assert hits(wrapped) == [1, 2, 2]

@@ -47,7 +47,7 @@ from ..knobs import knobs, log_enabled
 from ..lowering.pipeline import CompiledSpecialization
 from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
 from . import code_deps, launch_sites, store
-from .fingerprint import StateWalk, Unfingerprintable, format_path
+from .fingerprint import StateWalk, Unfingerprintable, format_path, is_library_module
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
 from .provenance import Root, argument_roots, function_roots, walk_roots
@@ -384,6 +384,9 @@ def _persisted_attributes(guards: GuardSet, walk: StateWalk) -> tuple[list[Attri
     """The module-state guards with their owners (and objects compared by identity) as paths from the roots."""
     out = []
     for ag in guards.attributes:
+        if isinstance(ag.owner, type):
+            out.append(ag)  # a library class (the hook counter's): pickled by name
+            continue
         owner = walk.object_paths.get(id(ag.owner))
         if owner is None:
             return [], f"it reads module state ({ag.label}) of a module not reachable from the function's roots"
@@ -516,6 +519,8 @@ def _object_recipe(
     if launch_sites.is_launch_site(obj):
         launch, reason = launch_sites.recipe_of(obj)
         return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
+    if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
+        return ConstantRecipe("value", value=obj), None
     if id(obj) in object_paths:  # what module-state guards read: a module, its _parameters dict, a submodule
         return ConstantRecipe("object", object_paths[id(obj)]), None
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"

@@ -10,7 +10,7 @@ other property must equal its expression; then the ShapeEnv's guards and value r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sympy
 import torch
@@ -160,8 +160,14 @@ class AttributeGuard:
 
     def current(self) -> object:
         """The entry now (ABSENT if there is none), read as the native guard reads it: no descriptors."""
-        store = self.owner if self.in_dict else getattr(self.owner, "__dict__", None)
-        return store.get(self.name, ABSENT) if isinstance(store, dict) else ABSENT
+        if self.in_dict:
+            store = self.owner
+        else:
+            try:
+                store = object.__getattribute__(self.owner, "__dict__")  # a class's: a mappingproxy of its dict
+            except AttributeError:
+                return ABSENT
+        return store.get(self.name, ABSENT) if isinstance(store, Mapping) else ABSENT
 
     def describe(self) -> str:
         if self.value is ABSENT:

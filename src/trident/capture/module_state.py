@@ -14,8 +14,9 @@ capture ends, so no module read pays for it otherwise. Recorded are
   - parameters, buffers and submodules, which nn.Module.__getattr__ finds in _parameters/_buffers/_modules;
   - for a ModuleList / Sequential / ModuleDict whose children were iterated or indexed: each child, and for
     numbered children that no child was appended.
-Not guarded (fixed at capture, as README states): hooks registered after capture, contents of other mutable
-containers (lists, dicts) a module holds, attributes reached through a class's own __getattribute__.
+  - hooks: each hook present at capture, and one process-wide counter of hook registrations (hook_guards).
+Not guarded (fixed at capture, as README states): contents of other mutable containers (lists, dicts) a module
+holds, attributes reached through a class's own __getattribute__.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.fx
+import torch.utils.hooks
 from torch import nn
 
 from .guards import ABSENT, AttributeGuard
@@ -35,6 +37,12 @@ from .inputs import LeafKind, classify
 # `training` is the exception: it is what modules read.
 _BOOKKEEPING = frozenset(nn.Module().__dict__) - {"training"}
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+_HOOK_DICTS = frozenset(name for name in _BOOKKEEPING if name.endswith("_hooks"))
+# Module calls also run the process-wide hooks (nn.modules.module.register_module_forward_hook, ...).
+_GLOBAL_HOOK_DICTS = tuple(
+    (name, value) for name, value in sorted(vars(torch.nn.modules.module).items())
+    if name.startswith("_global_") and name.endswith("_hooks") and isinstance(value, dict)
+)
 _STORES = ("_parameters", "_buffers", "_modules")
 
 
@@ -45,6 +53,7 @@ class Read:
     name: str
     in_dict: bool
     value: object  # ABSENT: the entry must stay absent
+    store: str = ""  # for a dict item read directly (hooks, a container's children): the dict's attribute name
 
 
 class ModuleReads:
@@ -53,21 +62,36 @@ class ModuleReads:
     def __init__(self) -> None:
         self.reads: dict[tuple[int, str, bool], Read] = {}
 
-    def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object) -> None:
+    def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object, store: str = "") -> None:
         if type(module) is nn.Module or isinstance(module, torch.fx.GraphModule):
             return  # make_fx's own modules (its tracer's root, graph modules), not the user's state
-        self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value))
+        self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store))
 
     def guards(self, module_paths: dict[int, str]) -> list[AttributeGuard]:
-        out = []
+        out = hook_guards() if self.reads else []
         for read in self.reads.values():
             where = module_paths.get(id(read.module), f"<{type(read.module).__name__} object>")
-            label = f"{where}.{read.name}" if where else read.name
+            name = f"{read.store}[{read.name!r}]" if read.store else read.name
+            label = f"{where}.{name}" if where else name
             kind = classify(read.value)
             if kind is LeafKind.TENSOR or (kind is LeafKind.INT and not -(2**63) <= read.value < 2**63):  # type: ignore[operator]
                 kind = LeafKind.OBJECT
             out.append(AttributeGuard(label, read.owner, read.name, read.in_dict, kind, read.value))
         return out
+
+
+def hook_guards() -> list[AttributeGuard]:
+    """A hook registered after capture (on any module, or globally) must run too, and the compiled program does
+    not call it: every registration takes a new id from RemovableHandle.next_id, a process-wide counter, so one
+    guard on it catches them all (a registration anywhere, even on an unrelated module, recompiles once). Hooks
+    present at capture are guarded one by one (their removal); the global ones here, modules' ones as read."""
+    counter = torch.utils.hooks.RemovableHandle
+    out = [AttributeGuard("hooks registered (RemovableHandle.next_id)", counter, "next_id", False, LeafKind.INT,
+                          counter.next_id)]
+    for name, hooks in _GLOBAL_HOOK_DICTS:
+        out += [AttributeGuard(f"torch.nn.modules.module.{name}[{key}]", hooks, key, True, LeafKind.OBJECT, hook)
+                for key, hook in hooks.items()]
+    return out
 
 
 _local = threading.local()
@@ -110,7 +134,10 @@ def _note_attribute(reads: ModuleReads, module: nn.Module, name: str, value: obj
         if all(key.isdigit() for key in value):  # type: ignore[attr-defined]
             reads.note(module, value, str(len(value)), True, ABSENT)  # type: ignore[arg-type]
         return
-    if name not in _BOOKKEEPING:
+    if name in _HOOK_DICTS:  # hooks present at capture ran in it: each must stay (new ones: hook_guards)
+        for key, hook in value.items():  # type: ignore[attr-defined]
+            reads.note(module, value, key, True, hook, name)
+    elif name not in _BOOKKEEPING:
         reads.note(module, module, name, False, value)
 
 
