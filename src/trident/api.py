@@ -11,18 +11,29 @@ F = TypeVar("F", bound=Callable[..., object])
 
 
 def jit(fn: F) -> F:
-    """Compile `fn` into one native Specialization Cache Module.
+    """Compile `fn` (a function, a bound method, or an nn.Module) into one native Specialization Cache Module.
 
-    The result is called like `fn`. The first call with new inputs captures and compiles a specialization;
+    The result is called like `fn`; for a module it is still that module (module.py). The first call with new inputs captures and compiles a specialization;
     later calls that match one run entirely in native code. With TRIDENT_DISABLE=1, `fn` is returned as is.
     """
     if knobs.disable:
         return fn
     if not callable(fn):
-        raise TypeError(f"trident.jit expects a function, got {type(fn).__name__}")
+        raise TypeError(f"trident.jit expects a function or an nn.Module, got {type(fn).__name__}")
+    if isinstance(fn, type):
+        raise TypeError(
+            f"trident.jit got the class {fn.__qualname__}; jit an instance (`trident.jit({fn.__name__}(...))`) or "
+            "decorate its forward method"
+        )
+    import torch
+
+    if isinstance(fn, torch.nn.Module):
+        from .module import jit_module
+
+        return jit_module(fn)  # type: ignore[return-value]
     from .driver import JitFunction
 
-    return JitFunction(fn).entry  # type: ignore[return-value]
+    return JitFunction(fn).callable()  # type: ignore[no-any-return]
 
 
 def explain(f: Callable[..., object]) -> str:

@@ -20,11 +20,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from . import exc
 from .cache import warm_start
+from .capture import module_state
 from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, is_tracing, trace_function
@@ -38,6 +40,41 @@ log = logging.getLogger("trident")
 
 _compile_count = 0
 _compile_count_lock = threading.Lock()
+_entry_lock = threading.RLock()  # making entries (and building the runtime) once
+
+
+def runtime_loaded() -> bool:
+    """Whether this process has loaded the native runtime (then making an entry costs microseconds)."""
+    from .runtime import build
+
+    return build._module is not None
+
+
+class LazyEntry:
+    """What trident.jit returns before the runtime is built: its first call builds the runtime and makes the
+    native entry, which then becomes this object's class's __call__ (a staticmethod, so the entry gets the
+    call's own arguments): later calls reach the entry through the class slot, with no Python frame. Each
+    LazyEntry has a class of its own for that reason."""
+
+    _trident: JitFunction
+
+    @staticmethod
+    def wrapping(jit: JitFunction) -> LazyEntry:
+        cls = type("LazyEntry", (LazyEntry,), {"__call__": LazyEntry._first_call, "_trident": jit})
+        lazy = cls()
+        functools.update_wrapper(lazy, jit.fn)  # type: ignore[arg-type]
+        jit._on_entry.append(lambda entry: setattr(cls, "__call__", staticmethod(entry)))
+        return lazy
+
+    def _first_call(self, *args: object, **kwargs: object) -> object:
+        return self._trident.make_entry()(*args, **kwargs)
+
+    def __get__(self, obj: object, objtype: type | None = None) -> object:
+        # Jitted in a class body: bind like a function (instance.f(x) calls f(instance, x)), as the entry does.
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<trident.jit {self._trident.name!r}: native entry made at the first call>"
 
 
 def compile_count() -> int:
@@ -78,18 +115,19 @@ def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list
 
 
 class JitFunction:
-    def __init__(self, fn: Callable[..., object]) -> None:
-        from .runtime import load_runtime, runtime_library_path
+    """One jitted function: its native entry (built on first use) and the miss path."""
 
+    def __init__(self, fn: Callable[..., object]) -> None:
         self.fn = fn
         self.name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
-        self.signature, self.param_names, self.n_positional, defaults = _signature_facts(fn)
-        self._runtime_library = str(runtime_library_path())
-        runtime = load_runtime()
-        self.entry = runtime.Entry(self.name, self.on_miss, tuple(self.param_names), self.n_positional, defaults)
-        self._context_type = runtime.Context
-        functools.update_wrapper(self.entry, fn)  # type: ignore[arg-type]
-        self.entry._trident = self  # type: ignore[attr-defined]
+        self.signature, self.param_names, self.n_positional, self._defaults = _signature_facts(fn)
+        # The native entry needs the runtime, whose first build takes ~40 s: decorating (importing a module of
+        # jitted functions) must not pay that, so the entry is made here only when this process has loaded the
+        # runtime already, else at the first call (make_entry, through LazyEntry).
+        self._entry: object | None = None
+        self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (LazyEntry)
+        if runtime_loaded():
+            self.make_entry()
         self.specializations: list[Specialization] = []
         self.dynamism = Dynamism()
         self.misses = 0
@@ -99,6 +137,32 @@ class JitFunction:
         self._lock = threading.RLock()  # one compile at a time per function; hits never take it
         self._warned: set[str] = set()
         self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
+
+    # -- the native entry ---------------------------------------------------------------------------------------
+    @property
+    def entry(self) -> Any:
+        """The native entry (runtime.Entry), built with the runtime on first use."""
+        return self._entry if self._entry is not None else self.make_entry()
+
+    def make_entry(self) -> Any:
+        with _entry_lock:
+            if self._entry is None:
+                from .runtime import load_runtime, runtime_library_path
+
+                runtime = load_runtime()  # builds the runtime the first time, once per torch version
+                self._runtime_library = str(runtime_library_path())
+                self._context_type = runtime.Context
+                entry = runtime.Entry(self.name, self.on_miss, tuple(self.param_names), self.n_positional, self._defaults)
+                functools.update_wrapper(entry, self.fn)  # type: ignore[arg-type]
+                entry._trident = self
+                self._entry = entry
+                for tell in self._on_entry:
+                    tell(entry)
+        return self._entry
+
+    def callable(self) -> Any:
+        """What trident.jit returns: the native entry, or a LazyEntry that makes it at the first call."""
+        return self._entry if self._entry is not None else LazyEntry.wrapping(self)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     def on_miss(self, *args: object, **kwargs: object) -> object:
@@ -211,7 +275,7 @@ class JitFunction:
             return persisted.loaded, None
         start = time.perf_counter()
         try:
-            with persisted.recording_code():
+            with persisted.recording_code(), module_state.recording() as module_reads:
                 trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
         except exc.TridentError:
             raise
@@ -229,7 +293,9 @@ class JitFunction:
                 "torch.inference_mode()"
             )
             return None, None
-        guards = build_guards(facts, trace)
+        roots = module_state.module_roots(self.fn, self.param_names, list(values))
+        guards = build_guards(facts, trace, module_state.tensor_names(roots))
+        guards.attributes = module_reads.guards(module_state.module_paths(roots))
         index = len(self.specializations)
         compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
         try:
@@ -280,7 +346,7 @@ class JitFunction:
 
     # -- introspection ----------------------------------------------------------------------------------------
     def explain(self) -> str:
-        hits = self.entry.hits()
+        hits = self._entry.hits() if self._entry is not None else []  # type: ignore[attr-defined]
         lines = [
             f"trident.jit '{self.name}': {len(self.specializations)} specialization(s), "
             f"{sum(hits)} native hit(s), {self.misses} miss(es), {self.eager_calls} eager call(s)"

@@ -470,8 +470,6 @@ def test_batchnorm_train_mode_updates_buffers() -> None:
 
 # Guards: module state read in Python (the training flag) decides the traced program: switching eval <-> train
 # after compile must not reuse the other mode's specialization.
-@pytest.mark.xfail(strict=True, reason="known limitation, stated in the README: non-tensor Python state the "
-                   "function reads (Module.training) is fixed at capture, not guarded")
 def test_training_flag_switch() -> None:
     class ScaleInTraining(nn.Module):
         def forward(self, x):  # type: ignore[no-untyped-def]

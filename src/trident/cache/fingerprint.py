@@ -138,6 +138,8 @@ class StateWalk:
         self._alive: list[object] = []  # keeps walked objects alive so their ids stay unique during the walk
         self.tensor_paths: dict[int, Path] = {}  # id(tensor) -> first path
         self.tensors: dict[Path, torch.Tensor] = {}  # first path -> tensor
+        self.object_paths: dict[int, Path] = {}  # id(object) -> first path, for every object walked (not scalars)
+        self.objects: dict[Path, object] = {}  # first path -> object
 
     def digest(self) -> str:
         return self._hash.hexdigest()
@@ -176,6 +178,8 @@ class StateWalk:
             return
         self._memo[id(obj)] = len(self._memo)
         self._alive.append(obj)
+        self.object_paths[id(obj)] = path
+        self.objects[path] = obj
         depth += 1
         if isinstance(obj, torch.Tensor):
             self._tensor(obj, path)

@@ -30,7 +30,7 @@ from ..capture.trace import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-6\n"
+MAGIC = b"TRIDENT-SPEC-7\n"  # 7: GuardSet.attributes and constant_labels (module state)
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -49,6 +49,8 @@ class ConstantRecipe:
     kind "view":     a view of an earlier constant made at capture (capture/constant_views.py), made again from
                      `path` = (base constant index, sizes, strides, storage offset);
     kind "argument": the object of this call at argument path `path` (param, items), guarded by identity;
+    kind "object":   the object reached first at `path` by walking the record's roots (a module or its
+                     _parameters dict whose attributes a module-state guard reads);
     kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output;
     kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites;
     kind "triton_launch": a Triton launch site, rebuilt from `value`, a launch_sites.LaunchRecipe (its kernel found
@@ -64,6 +66,14 @@ class ConstantRecipe:
 
 
 @dataclasses.dataclass(frozen=True)
+class ObjectAt:
+    """In a record's module-state guards (GuardSet.attributes), in place of a live owner or value: the object
+    reached first at `path` by walking the record's roots."""
+
+    path: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Record:
     name: str  # the jitted function's qualified name, for messages
     library: str  # file name of the shared library, in the same folder
@@ -74,7 +84,7 @@ class Record:
     aten_calls: list[str]
     constants: list[ConstantRecipe]
     n_trace_constants: int  # constants[:n] are the trace's tensor constants (guard paths (-1, (i,)))
-    guards: GuardSet  # identity_objects replaced by None
+    guards: GuardSet  # identity_objects replaced by None, module-state owners and objects by ObjectAt
     facts: CallFacts  # without live values
     outputs: OutputTree
     roots: list[Root]

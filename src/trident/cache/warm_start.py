@@ -40,18 +40,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..capture.guards import GuardSet, first_failure, leaf_value
-from ..capture.inputs import CallFacts, LeafPath
+from ..capture.guards import ABSENT, AttributeGuard, GuardSet, first_failure, leaf_value
+from ..capture.inputs import CallFacts, LeafKind, LeafPath
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..lowering.pipeline import CompiledSpecialization
 from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
 from . import code_deps, launch_sites, store, trust
-from .fingerprint import StateWalk, Unfingerprintable, format_path
+from .fingerprint import StateWalk, Unfingerprintable, format_path, is_library_module
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
 from .provenance import Root, argument_roots, function_roots, walk_roots
-from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, Record, library_digest, strip_live_objects
+from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, ObjectAt, Record, library_digest, strip_live_objects
 
 if TYPE_CHECKING:
     from ..driver import JitFunction, Specialization
@@ -191,7 +191,10 @@ class Session:
         if isinstance(state, str):
             return state
         deps, roots, walk = state.code_dependencies, state.roots, state.walk
-        recipes, reason = _constant_recipes(spec, walk.tensor_paths)
+        recipes, reason = _constant_recipes(spec, walk)
+        if reason is not None:
+            return reason
+        attributes, reason = _persisted_attributes(spec.guards, walk)
         if reason is not None:
             return reason
         start = time.perf_counter()
@@ -208,6 +211,7 @@ class Session:
                 "code must reach process-specific objects only through its context table. Please report this"
             )
         guards, facts = strip_live_objects(spec.guards, spec.facts)
+        guards = dataclasses.replace(guards, attributes=attributes)
         record = Record(
             name=jit.name, library=store.library_name(library), library_digest=library_digest(library),
             guard_symbol=compiled.guard_symbol, run_symbol=compiled.run_symbol, ops=list(compiled.ops),
@@ -304,15 +308,15 @@ def _load_record(
     if walk.digest() != record.state_digest:
         raise _Rejected("the state the function closes over (attributes, globals, closure cells) differs")
     n = record.n_trace_constants
-    constants = _resolve_constants(record.constants[:n], [], walk.tensors, session.values)
-    guards = _bind_identity_objects(record, session.values)
+    constants = _resolve_constants(record.constants[:n], [], walk, session.values)
+    guards = _bind_attributes(_bind_identity_objects(record, session.values), walk)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
     # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
     why = first_failure(guards, session.values, constants)
     if why is not None:
         raise _Rejected(f"its guards reject this call ({why})")
-    constants = _resolve_constants(record.constants[n:], constants, walk.tensors, session.values)
+    constants = _resolve_constants(record.constants[n:], constants, walk, session.values)
     library_path = store.read_library(path, record)
     try:
         library = LoadedLibrary(str(library_path))
@@ -333,18 +337,19 @@ def _load_record(
 
 
 def _resolve_constants(
-    recipes: Sequence[ConstantRecipe], constants: list[object], tensors: dict[tuple[object, ...], torch.Tensor],
-    values: Sequence[object],
+    recipes: Sequence[ConstantRecipe], constants: list[object], walk: StateWalk, values: Sequence[object],
 ) -> list[object]:
     """`constants` (those resolved so far) followed by the objects of `recipes` in this process."""
     constants = list(constants)
     for recipe in recipes:
         i = len(constants)
         if recipe.kind == "tensor":
-            tensor = tensors.get(recipe.path)
+            tensor = walk.tensors.get(recipe.path)
             if tensor is None:
                 raise _Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
             constants.append(tensor)
+        elif recipe.kind == "object":
+            constants.append(_object_at(walk, recipe.path))
         elif recipe.kind == "view":
             base, sizes, strides, offset = recipe.path
             constants.append(constants[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
@@ -373,6 +378,41 @@ def _bind_identity_objects(record: Record, values: Sequence[object]) -> GuardSet
     for ig in record.guards.identities:
         identity_objects[ig.constant_index] = leaf_value(ig.path, values, [])
     return dataclasses.replace(record.guards, identity_objects=identity_objects)
+
+
+def _object_at(walk: StateWalk, path: tuple[object, ...]) -> object:
+    if path not in walk.objects:
+        raise _Rejected(f"no object at {format_path(path)} in this process")
+    return walk.objects[path]
+
+
+def _persisted_attributes(guards: GuardSet, walk: StateWalk) -> tuple[list[AttributeGuard], str | None]:
+    """The module-state guards with their owners (and objects compared by identity) as paths from the roots."""
+    out = []
+    for ag in guards.attributes:
+        if isinstance(ag.owner, type):
+            out.append(ag)  # a library class (the hook counter's): pickled by name
+            continue
+        owner = walk.object_paths.get(id(ag.owner))
+        if owner is None:
+            return [], f"it reads module state ({ag.label}) of a module not reachable from the function's roots"
+        value = ag.value
+        if ag.kind is LeafKind.OBJECT and value is not ABSENT:
+            where = walk.object_paths.get(id(value))
+            if where is None:
+                return [], f"the object it read as {ag.label} is not reachable from the function's roots"
+            value = ObjectAt(where)
+        out.append(dataclasses.replace(ag, owner=ObjectAt(owner), value=value))
+    return out, None
+
+
+def _bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
+    """The record's module-state guards with this process's objects for their ObjectAt paths."""
+    def bind(value: object) -> object:
+        return _object_at(walk, value.path) if isinstance(value, ObjectAt) else value
+
+    attributes = [dataclasses.replace(ag, owner=bind(ag.owner), value=bind(ag.value)) for ag in guards.attributes]
+    return dataclasses.replace(guards, attributes=attributes)
 
 
 def _install(
@@ -430,9 +470,7 @@ def _collective_reason(trace: Trace) -> str | None:
     )
 
 
-def _constant_recipes(
-    spec: Specialization, tensor_paths: dict[int, tuple[object, ...]]
-) -> tuple[list[ConstantRecipe], str | None]:
+def _constant_recipes(spec: Specialization, walk: StateWalk) -> tuple[list[ConstantRecipe], str | None]:
     """How a new process gets each context constant (record.ConstantRecipe), or why one cannot be persisted."""
     trace, compiled = spec.trace, spec.compiled
     identity_paths = {
@@ -443,7 +481,7 @@ def _constant_recipes(
     for i, obj in enumerate(compiled.constants):
         if i < len(trace.constants):
             assert isinstance(obj, torch.Tensor)
-            path = tensor_paths.get(id(obj))
+            path = walk.tensor_paths.get(id(obj))
             if i in trace.derived_constants:  # a view of an earlier constant made at capture: made again
                 layout = (tuple(obj.shape), tuple(obj.stride()), obj.storage_offset())
                 recipes.append(ConstantRecipe("view", (trace.derived_constants[i], *layout)))
@@ -452,7 +490,7 @@ def _constant_recipes(
             elif i in trace.created_constants:
                 if obj.numel() > CREATED_CONSTANT_LIMIT:
                     return [], (
-                        f"constant #{i}, a tensor of {obj.numel()} elements the function creates from Python data, is "
+                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates from Python data, is "
                         f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
                     )
                 buffer = io.BytesIO()
@@ -460,13 +498,13 @@ def _constant_recipes(
                 recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
             else:
                 return [], (
-                    f"constant #{i} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
+                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
                     "reads) was not found from the function's roots (self, closure cells, globals its code names, "
                     "arguments passed by identity, and globals of the user code that ran), so another process "
                     "could not find it again"
                 )
         else:
-            recipe, reason = _object_recipe(obj, identity_paths)
+            recipe, reason = _object_recipe(obj, identity_paths, walk.object_paths)
             if recipe is None:
                 return [], reason
             recipes.append(recipe)
@@ -474,7 +512,7 @@ def _constant_recipes(
 
 
 def _object_recipe(
-    obj: object, identity_paths: dict[int, tuple[object, ...]]
+    obj: object, identity_paths: dict[int, tuple[object, ...]], object_paths: dict[int, tuple[object, ...]]
 ) -> tuple[ConstantRecipe | None, str | None]:
     """The recipe of a context constant other than the trace's tensors (one branch per kind of object the
     lowering adds to the context), or why it has none."""
@@ -487,5 +525,9 @@ def _object_recipe(
     if launch_sites.is_launch_site(obj):
         launch, reason = launch_sites.recipe_of(obj)
         return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
+    if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
+        return ConstantRecipe("value", value=obj), None
+    if id(obj) in object_paths:  # what module-state guards read: a module, its _parameters dict, a submodule
+        return ConstantRecipe("object", object_paths[id(obj)]), None
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     return None, f"its context holds a {kind}, which has no persisted form"

@@ -10,7 +10,7 @@ other property must equal its expression; then the ShapeEnv's guards and value r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sympy
 import torch
@@ -124,9 +124,71 @@ class DerivedConstantGuard:
     index: int
     base: int
     distance: int
+    base_label: str = ""  # the base's name in explain ("layers.0.fc.weight"); empty: "constant #base"
 
     def describe(self) -> str:
-        return f"constant #{self.index}: a view of constant #{self.base} made at capture, at its data + {self.distance} bytes"
+        base = self.base_label or f"constant #{self.base}"
+        return f"constant #{self.index}: a view of {base} made at capture, at its data + {self.distance} bytes"
+
+
+class _Absent:
+    """AttributeGuard.value of an entry that must not exist; pickles as this module's ABSENT (disk cache)."""
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+@dataclasses.dataclass(frozen=True)
+class AttributeGuard:
+    """Module state the function read while it was captured (capture/module_state.py): entry `name` of `owner`'s
+    instance __dict__ (a module's `training`, `eps`, ...), or with `in_dict`, item `name` of the dict `owner` (a
+    module's _parameters, _buffers or _modules), is still what capture saw: the same bool/int/float/None value,
+    the same object otherwise (a parameter rebound, a submodule replaced), or still absent (ABSENT)."""
+
+    label: str  # how the user names it: "layers.0.drop.training"
+    owner: object
+    name: str
+    in_dict: bool
+    kind: LeafKind  # BOOL, INT, FLOAT, NONE: compared by value; OBJECT: by identity
+    value: object
+
+    def current(self) -> object:
+        """The entry now (ABSENT if there is none), read as the native guard reads it: no descriptors."""
+        if self.in_dict:
+            store = self.owner
+        else:
+            try:
+                store = object.__getattribute__(self.owner, "__dict__")  # a class's: a mappingproxy of its dict
+            except AttributeError:
+                return ABSENT
+        return store.get(self.name, ABSENT) if isinstance(store, Mapping) else ABSENT
+
+    def describe(self) -> str:
+        if self.value is ABSENT:
+            return f"{self.label}: absent"
+        if self.kind is LeafKind.OBJECT:
+            return f"{self.label}: the same {type(self.value).__name__} object as at capture"
+        return f"{self.label}: {self.kind.value} == {self.value!r}"
+
+    def failure(self) -> str | None:
+        now = self.current()
+        if self.value is ABSENT:
+            return None if now is ABSENT else f"{self.label}: added since capture"
+        if now is ABSENT:
+            return f"{self.label}: removed since capture"
+        if self.kind is LeafKind.OBJECT:
+            return None if now is self.value else f"{self.label}: rebound to another {type(now).__name__} since capture"
+        from .inputs import classify
+
+        if classify(now) is not self.kind or not _same_scalar(now, self.value):
+            return f"{self.label}: value mismatch: expected {self.value!r}, got {now!r}"
+        return None
 
 
 @dataclasses.dataclass
@@ -145,6 +207,14 @@ class GuardSet:
     # torch.set_default_device or `with torch.device(...)` is such a mode, and the program bakes in the device
     # it gave factories. Compared by identity, or by device for default-device modes (default_device_of).
     function_modes: list[object] = dataclasses.field(default_factory=list)
+    # Module attributes the function read (module_state.py), checked natively like the rest.
+    attributes: list[AttributeGuard] = dataclasses.field(default_factory=list)
+    # How explain and the disk cache name each tensor constant: its module path ("layers.0.attn.q_proj.weight")
+    # where one is known, else "constant #i".
+    constant_labels: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def constant_label(self, index: int) -> str:
+        return self.constant_labels.get(index, f"constant #{index}")
 
     def symbols(self) -> dict[sympy.Symbol, SymbolBinding]:
         return {b.symbol: b for b in self.bindings}
@@ -246,8 +316,11 @@ def _expr(value: object) -> sympy.Expr:
     return sympy.Integer(int(value))  # type: ignore[call-overload]
 
 
-def build_guards(facts: CallFacts, trace: Trace) -> GuardSet:
+def build_guards(facts: CallFacts, trace: Trace, names: dict[int, str] | None = None) -> GuardSet:
+    """`names`: id(tensor) -> how the user names a constant (a module path), for explain and miss reasons."""
     guards = GuardSet([], [], [], [], [], [], [], GlobalStateGuard(current_global_state()), [])
+    names = names or {}
+    guards.constant_labels = {i: names[id(c)] for i, c in enumerate(trace.constants) if id(c) in names}
     guards.function_modes = current_function_modes()
     guards.sequences = [SequenceGuard(s) for s in facts.sequences]
     properties: list[tuple[LeafPath, str, int, sympy.Expr]] = []
@@ -280,15 +353,17 @@ def build_guards(facts: CallFacts, trace: Trace) -> GuardSet:
     for i, (constant, fake) in enumerate(zip(trace.constants, trace.fake_constants)):
         if i in trace.derived_constants:  # Trident's own view: only its base can change
             base = trace.derived_constants[i]
-            guards.derived.append(DerivedConstantGuard(i, base, byte_distance(constant, trace.constants[base])))
+            distance = byte_distance(constant, trace.constants[base])
+            guards.derived.append(DerivedConstantGuard(i, base, distance, guards.constant_labels.get(base, "")))
             continue
-        path = LeafPath(-1, (i,), f"constant #{i} {tuple(constant.shape)}")
+        path = LeafPath(-1, (i,), f"{guards.constant_label(i)} {tuple(constant.shape)}")
         fact = tensor_fact(constant)
         if fact is None:
             from .. import exc
 
             raise exc.UnsupportedArgument(
                 f"the function closes over a {type(constant).__name__} that is not a plain strided tensor"
+                + (f" ({names[id(constant)]})" if id(constant) in names else "")
             )
         guards.tensors.append(TensorGuard(path, fact))
         tensor_properties(path, fake)
@@ -386,7 +461,14 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
                 return f"{where}: {name} mismatch: expected {expected}, got {got}"
     for dg in guards.derived:
         if byte_distance(constants[dg.index], constants[dg.base]) != dg.distance:  # type: ignore[arg-type]
-            return f"constant #{dg.base} was pointed at other memory since constant #{dg.index} was made as its view"
+            return (
+                f"{guards.constant_label(dg.base)} was pointed at other memory since constant #{dg.index} was made "
+                "as its view"
+            )
+    for ag in guards.attributes:
+        why = ag.failure()
+        if why is not None:
+            return why
     for sg in guards.scalars:
         value = leaf_value(sg.path, args, constants)
         if classify(value) is not sg.kind:
@@ -507,6 +589,7 @@ def _guard_lines(guards: GuardSet) -> list[str]:
         lines.append(f"{g.path.name}: int == {fixed_ints[key]}" if key in fixed_ints else g.describe())
     lines += [g.describe() for g in guards.identities]
     lines += [g.describe() for g in guards.derived]
+    lines += [g.describe() for g in guards.attributes]
     for b in guards.bindings:
         if b.prop == "int":
             lines.append(f"{b.symbol} = {_property_name(b.path, b.prop, b.dim)}")

@@ -104,6 +104,14 @@ TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t 
 /* Borrowed item `index` of a tuple or list already checked by trident_check_sequence. */
 TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
 
+/* Borrowed value of `name` (a str) in obj's instance __dict__ (descriptors and __getattr__ are not consulted, so
+ * no Python code runs), or NULL when obj has no __dict__ or no such entry. Module attribute guards read a module's
+ * `training` flag and other plain attributes through it. Never raises. */
+TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name);
+/* Borrowed value of `key` in `dict` (a dict or dict subclass, read as a plain dict), or NULL when dict is not a
+ * dict or has no such key. Never raises. */
+TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key);
+
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2
 

@@ -52,6 +52,25 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
   return PyTuple_CheckExact(obj) ? PyTuple_GET_ITEM(obj, index) : PyList_GET_ITEM(obj, index);
 }
 
+TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name) {
+  // The instance __dict__ only: no descriptors, no __getattr__, so no Python code runs in a guard.
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // new reference, or NULL (no __dict__)
+  if (dict == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* value = trident_dict_item(dict, name);
+  Py_DECREF(dict);  // obj keeps its __dict__, and so the value, alive
+  return value;
+}
+
+TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key) {
+  if (!PyDict_Check(dict)) return nullptr;
+  PyObject* value = PyDict_GetItemWithError(dict, key);  // borrowed
+  if (value == nullptr) PyErr_Clear();
+  return value;
+}
+
 TRIDENT_API PyObject* trident_new_ref(PyObject* obj) {
   Py_INCREF(obj);
   return obj;

@@ -10,7 +10,7 @@ import struct
 
 import sympy
 
-from ..capture.guards import GuardSet, default_device_of, dtype_code
+from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
 from ..capture.inputs import LeafKind, LeafPath
 from ..ir.mlir_text import I32, I64, PTR, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
@@ -42,6 +42,9 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         ok = fb.call(abi.FUNCTION_MODE_MATCHES, [fb.const(i), access.constant(pool.add(mode)), device_arg])
         assert ok is not None
         fb.check_nonzero(ok)
+
+    for ag in guards.attributes:  # module state first: a flipped `training` flag misses at once
+        _lower_attribute(fb, access, pool, ag)
 
     for sg in guards.sequences:
         ok = fb.call(abi.CHECK_SEQUENCE, [access.object(sg.fact.path), fb.const(sg.fact.kind), fb.const(sg.fact.length)])
@@ -126,8 +129,33 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     fb.finish()
 
 
+def _address(fb: FunctionBuilder, ptr: str) -> str:
+    value = fb.fresh()
+    fb.emit(f"{value} = llvm.ptrtoint {ptr} : !llvm.ptr to i64")
+    return value
+
+
+def _lower_attribute(fb: FunctionBuilder, access: LeafAccess, pool: ConstantPool, ag: AttributeGuard) -> None:
+    """Read the entry without running Python (trident_instance_attribute / trident_dict_item: NULL when absent),
+    then compare it as an argument of its kind, or by address."""
+    reader = abi.DICT_ITEM if ag.in_dict else abi.INSTANCE_ATTRIBUTE
+    value = fb.call(reader, [access.constant(pool.add(ag.owner)), access.constant(pool.add(ag.name))])
+    assert value is not None
+    address = _address(fb, value)
+    if ag.value is ABSENT:
+        fb.check(fb.cmp("eq", address, fb.const(0)))
+    elif ag.kind is LeafKind.OBJECT:  # the context holds the object, so its address is never reused
+        fb.check(fb.cmp("eq", address, _address(fb, access.constant(pool.add(ag.value)))))
+    else:
+        fb.check(fb.cmp("ne", address, fb.const(0)))
+        _lower_scalar_object(fb, value, ag.kind, ag.value)
+
+
 def _lower_scalar(fb: FunctionBuilder, access: LeafAccess, path: LeafPath, kind: LeafKind, value: object) -> None:
-    obj = access.object(path)
+    _lower_scalar_object(fb, access.object(path), kind, value)
+
+
+def _lower_scalar_object(fb: FunctionBuilder, obj: str, kind: LeafKind, value: object) -> None:
     if kind is LeafKind.NONE:
         ok = fb.call(abi.IS_NONE, [obj])
         assert ok is not None

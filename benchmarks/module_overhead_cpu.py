@@ -1,0 +1,108 @@
+"""What calling through trident.jit(module) and LazyEntry costs over calling the native entry directly (CPU).
+
+One tiny program (x + 1 on a 4-element tensor), all in one process, median and spread over rounds:
+  entry          the native entry of trident.jit(fn), called directly (the reference)
+  lazy entry     trident.jit(fn) made before the runtime was loaded: the LazyEntry object, whose class's
+                 __call__ is the entry after the first call
+  python fwd     a plain Python function forwarding to the entry (what a Python-level wrapper would cost)
+  module         trident.jit(module)(x): the wrapper's class __call__ is the entry, `self` an identity guard
+  module, entry  the same entry called as entry(wrapper, x): the class-slot cost is the difference
+  module+8 attrs a module whose forward reads 8 plain attributes and the training flag (9 native module guards)
+Prints a table and writes JSON next to this file's results folder when --json is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+
+def per_call_ns(rows: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, tuple[float, float, float]]:
+    """Median, min and max ns per call of each row; rows take turns within a round, so a load change on the
+    (shared) machine hits all of them alike."""
+    for fn in rows.values():
+        for _ in range(1000):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            start = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter_ns() - start) / calls)
+    return {name: (statistics.median(s), min(s), max(s)) for name, s in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+
+    import trident
+    from trident.runtime import build
+
+    def add_one(x):  # type: ignore[no-untyped-def]
+        return x + 1
+
+    lazy = trident.jit(add_one)  # made before the runtime is loaded: a LazyEntry
+    assert build._module is None or type(lazy).__name__ != "LazyEntry"
+
+    class Tiny(nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return x + 1
+
+    class Attrs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.c, self.d, self.e, self.f, self.g, self.h = 1, 2, 3, 4, 0.5, True, None, 7
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            k = self.a + self.b + self.c + self.d + self.h + (1 if self.f and self.g is None else 0)
+            return x * self.e + k if self.training else x + k
+
+    x = torch.randn(4)
+    with torch.no_grad():
+        lazy(x)
+        direct = trident.jit(add_one)  # the runtime is loaded now: the native entry itself
+        direct(x)
+        entry = direct
+
+        def forward(x):  # type: ignore[no-untyped-def]
+            return entry(x)
+
+        module = trident.jit(Tiny().eval())
+        module(x)
+        module_entry = module._trident.entry  # type: ignore[attr-defined]
+        attrs = trident.jit(Attrs().eval())
+        attrs(x)
+        rows = {
+            "entry": lambda: entry(x),
+            "lazy entry": lambda: lazy(x),
+            "python fwd": lambda: forward(x),
+            "module": lambda: module(x),
+            "module, entry": lambda: module_entry(module, x),
+            "module+8 attrs": lambda: attrs(x),
+        }
+        results = per_call_ns(rows, args.calls, args.rounds)
+        assert module_entry.misses == 1 and attrs._trident.entry.misses == 1  # type: ignore[attr-defined]
+    base = results["entry"][0]
+    print(f"{'path':16} {'median ns':>10} {'min':>8} {'max':>8} {'- entry':>8}")
+    for name, (median, low, high) in results.items():
+        print(f"{name:16} {median:10.0f} {low:8.0f} {high:8.0f} {median - base:+8.0f}")
+    if args.json:
+        meta = {"python": sys.version.split()[0], "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
+        with open(args.json, "w") as out:
+            json.dump({"meta": meta, "ns_per_call": {k: dict(zip(("median", "min", "max"), v)) for k, v in results.items()}}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Module state a function reads while it is captured, turned into guards (guards.AttributeGuard).
+
+A traced program bakes in every non-tensor value it read in Python: `self.training` decided whether dropout is
+in the graph, `self.eps` is a constant of layer_norm, `self.weight` is a context constant fixed by reference.
+So each such read becomes a native guard: the entry read again, without running Python, compared by value
+(bool/int/float/None) or by identity (anything else: a parameter rebound by `load_state_dict(assign=True)`, a
+submodule replaced, a tensor attribute reassigned). A `train()`/`eval()` flip, also on one submodule, then misses
+and compiles (or reuses) the specialization of the other mode, as eager would behave.
+
+How reads are seen: while a capture runs, nn.Module gets a `__getattribute__` that records (module, attribute)
+pairs read on the capturing thread (other threads read through it unrecorded); it is removed when the last
+capture ends, so no module read pays for it otherwise. Recorded are
+  - entries of a module's instance __dict__ (not nn.Module's own bookkeeping: hook dicts and the like);
+  - parameters, buffers and submodules, which nn.Module.__getattr__ finds in _parameters/_buffers/_modules;
+  - for a ModuleList / Sequential / ModuleDict whose children were iterated or indexed: each child, and for
+    numbered children that no child was appended.
+  - hooks: each hook present at capture, and one process-wide counter of hook registrations (hook_guards).
+Not guarded (fixed at capture, as README states): contents of other mutable containers (lists, dicts) a module
+holds, attributes reached through a class's own __getattribute__.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+
+import torch
+import torch.fx
+import torch.utils.hooks
+from torch import nn
+
+from .guards import ABSENT, AttributeGuard
+from .inputs import LeafKind, classify
+
+# nn.Module's own bookkeeping (hook dicts, _parameters, ...): read on every module call, not program state.
+# `training` is the exception: it is what modules read.
+_BOOKKEEPING = frozenset(nn.Module().__dict__) - {"training"}
+_CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+_HOOK_DICTS = frozenset(name for name in _BOOKKEEPING if name.endswith("_hooks"))
+# Module calls also run the process-wide hooks (nn.modules.module.register_module_forward_hook, ...).
+_GLOBAL_HOOK_DICTS = tuple(
+    (name, value) for name, value in sorted(vars(torch.nn.modules.module).items())
+    if name.startswith("_global_") and name.endswith("_hooks") and isinstance(value, dict)
+)
+_STORES = ("_parameters", "_buffers", "_modules")
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    module: nn.Module
+    owner: object  # the module (instance __dict__ entry) or one of its _parameters/_buffers/_modules dicts
+    name: str
+    in_dict: bool
+    value: object  # ABSENT: the entry must stay absent
+    store: str = ""  # for a dict item read directly (hooks, a container's children): the dict's attribute name
+
+
+class ModuleReads:
+    """The reads of one capture, first value per entry (what the program baked in)."""
+
+    def __init__(self) -> None:
+        self.reads: dict[tuple[int, str, bool], Read] = {}
+
+    def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object, store: str = "") -> None:
+        if type(module) is nn.Module or isinstance(module, torch.fx.GraphModule):
+            return  # make_fx's own modules (its tracer's root, graph modules), not the user's state
+        self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store))
+
+    def guards(self, module_paths: dict[int, str]) -> list[AttributeGuard]:
+        out = hook_guards() if self.reads else []
+        for read in self.reads.values():
+            where = module_paths.get(id(read.module), f"<{type(read.module).__name__} object>")
+            name = f"{read.store}[{read.name!r}]" if read.store else read.name
+            label = f"{where}.{name}" if where else name
+            kind = classify(read.value)
+            if kind is LeafKind.TENSOR or (kind is LeafKind.INT and not -(2**63) <= read.value < 2**63):  # type: ignore[operator]
+                kind = LeafKind.OBJECT
+            out.append(AttributeGuard(label, read.owner, read.name, read.in_dict, kind, read.value))
+        return out
+
+
+def hook_guards() -> list[AttributeGuard]:
+    """A hook registered after capture (on any module, or globally) must run too, and the compiled program does
+    not call it: every registration takes a new id from RemovableHandle.next_id, a process-wide counter, so one
+    guard on it catches them all (a registration anywhere, even on an unrelated module, recompiles once). Hooks
+    present at capture are guarded one by one (their removal); the global ones here, modules' ones as read."""
+    counter = torch.utils.hooks.RemovableHandle
+    out = [AttributeGuard("hooks registered (RemovableHandle.next_id)", counter, "next_id", False, LeafKind.INT,
+                          counter.next_id)]
+    for name, hooks in _GLOBAL_HOOK_DICTS:
+        out += [AttributeGuard(f"torch.nn.modules.module.{name}[{key}]", hooks, key, True, LeafKind.OBJECT, hook)
+                for key, hook in hooks.items()]
+    return out
+
+
+_local = threading.local()
+_install_lock = threading.Lock()
+_installed = 0
+
+
+def _current() -> ModuleReads | None:
+    return getattr(_local, "reads", None)
+
+
+def _recording_getattribute(self: nn.Module, name: str) -> object:
+    try:
+        value = object.__getattribute__(self, name)
+    except AttributeError:
+        # Next comes nn.Module.__getattr__, which finds parameters, buffers and submodules in these dicts. It is
+        # not wrapped here: make_fx's tracer replaces it while it traces (and restores whatever was there).
+        reads = _current()
+        if reads is not None:
+            state = object.__getattribute__(self, "__dict__")
+            for store in _STORES:
+                items = state.get(store)
+                if items is not None and name in items:
+                    reads.note(self, items, name, True, items[name])
+                    break
+        raise
+    reads = _current()
+    if reads is not None:
+        _note_attribute(reads, self, name, value)
+    return value
+
+
+def _note_attribute(reads: ModuleReads, module: nn.Module, name: str, value: object) -> None:
+    state = object.__getattribute__(module, "__dict__")
+    if name not in state or state[name] is not value or _is_data_descriptor(type(module), name):
+        return  # a class attribute, a property, or the __dict__ itself
+    if name == "_modules" and isinstance(module, _CONTAINERS):  # its children are iterated or indexed
+        for key, child in value.items():  # type: ignore[attr-defined]
+            reads.note(module, value, key, True, child)
+        if all(key.isdigit() for key in value):  # type: ignore[attr-defined]
+            reads.note(module, value, str(len(value)), True, ABSENT)  # type: ignore[arg-type]
+        return
+    if name in _HOOK_DICTS:  # hooks present at capture ran in it: each must stay (new ones: hook_guards)
+        for key, hook in value.items():  # type: ignore[attr-defined]
+            reads.note(module, value, key, True, hook, name)
+    elif name not in _BOOKKEEPING:
+        reads.note(module, module, name, False, value)
+
+
+def _is_data_descriptor(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = type(klass.__dict__[name])
+            return hasattr(attr, "__set__") or hasattr(attr, "__delete__")
+    return False
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[ModuleReads]:
+    """Record the module attributes this thread reads until the block ends."""
+    global _installed
+    reads = ModuleReads()
+    outer = _current()
+    with _install_lock:
+        if _installed == 0:
+            nn.Module.__getattribute__ = _recording_getattribute  # type: ignore[method-assign]
+        _installed += 1
+    _local.reads = reads
+    try:
+        yield reads
+    finally:
+        _local.reads = outer
+        with _install_lock:
+            _installed -= 1
+            if _installed == 0:
+                del nn.Module.__getattribute__  # back to object's: no Python frame per attribute read
+        if outer is not None:  # a nested capture's reads are the outer one's too
+            outer.reads.update({k: v for k, v in reads.reads.items() if k not in outer.reads})
+
+
+def module_paths(roots: list[tuple[str, nn.Module]]) -> dict[int, str]:
+    """id(module) -> its dotted path from the first root that reaches it ("" for a root without prefix)."""
+    paths: dict[int, str] = {}
+    for prefix, root in roots:
+        for path, module in root.named_modules(remove_duplicate=False):
+            full = ".".join(p for p in (prefix, path) if p)
+            paths.setdefault(id(module), full)
+    return paths
+
+
+def tensor_names(roots: list[tuple[str, nn.Module]]) -> dict[int, str]:
+    """id(parameter or buffer) -> its path ("layers.0.attn.q_proj.weight"), for explain."""
+    names: dict[int, str] = {}
+    for prefix, root in roots:
+        for path, t in [*root.named_parameters(remove_duplicate=False), *root.named_buffers(remove_duplicate=False)]:
+            names.setdefault(id(t), ".".join(p for p in (prefix, path) if p))
+    return names
+
+
+def module_roots(fn: object, param_names: list[str], values: list[object]) -> list[tuple[str, nn.Module]]:
+    """The modules a function reaches first, with the name the user knows them by: the bound self of a method
+    (no prefix: "layers.0.weight"), modules passed as arguments, closed over, or named as globals."""
+    roots: list[tuple[str, nn.Module]] = []
+    bound = getattr(fn, "__self__", None)
+    if isinstance(bound, nn.Module):
+        roots.append(("", bound))
+    # `self` of a jitted method (or of trident.jit(module)) is the module the user names paths from.
+    # A trident.jit(module) wrapper stands for its module (module.py), whose reads are the ones recorded.
+    roots += [
+        ("" if name == "self" else name, getattr(type(v), "_trident_module", v))
+        for name, v in zip(param_names, values) if isinstance(v, nn.Module)
+    ]
+    func = getattr(fn, "__func__", fn)
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, nn.Module):
+                roots.append((name, value))
+        scope = getattr(func, "__globals__", {})
+        roots += [(name, scope[name]) for name in code.co_names if isinstance(scope.get(name), nn.Module)]
+    return roots
