@@ -40,7 +40,8 @@ from trident.runtime import typed_ops
 MODULE_NAME = "_trident_runtime"  # PyInit__trident_runtime in csrc/module.cpp
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
 COMPILER = "g++"
-COMPILE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-g0")
+# C++20 as torch's own cpp_extension uses: torch 2.15's headers need it (std::construct_at in ivalue_inl.h).
+COMPILE_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", "-g0")
 TORCH_LIBS = ("-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10")
 
 
