@@ -127,7 +127,7 @@ def build(folder: Path) -> ctypes.CDLL:
     includes = [torch_dir / "include", torch_dir / "include/torch/csrc/api/include", Path("/usr/local/cuda/include"),
                 *nvidia.glob("*/include")]
     (folder / "matmul_host_cost.cpp").write_text(SOURCE)
-    cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", str(folder / "matmul_host_cost.cpp"), "-o",
+    cmd = ["g++", "-O2", "-std=c++20", "-shared", "-fPIC", str(folder / "matmul_host_cost.cpp"), "-o",
            str(folder / "matmul_host_cost.so"), f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *[f"-I{d}" for d in includes], *[f"-L{d}" for d in lib_dirs], *[f"-Wl,-rpath,{d}" for d in lib_dirs],
            "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10", "-lc10_cuda", "-lcublas", "-lcublasLt"]

@@ -88,14 +88,23 @@ def is_launch_site(obj: object) -> bool:
     return isinstance(obj, RecordedLaunch) or isinstance(obj, load_runtime().TritonLaunch)
 
 
+# Knobs JITFunction.run copies into every launch's compile options (so they shape the binaries) although they
+# are not among Triton's cache-invalidating environment variables: (knob group, name), read where present
+# (fpsan_homomorphic_casts: Triton >= 3.9).
+_LAUNCH_OPTION_KNOBS = (("compilation", "instrumentation_mode"), ("compilation", "fpsan_homomorphic_casts"))
+
+
 def triton_environment() -> tuple[tuple[str, str], ...]:
-    """What else shapes Triton's binaries: its cache-invalidating environment variables, and the debug knob
-    (TRITON_DEBUG turns on device assertions through the compile options, not through that list)."""
+    """What else shapes Triton's binaries: its cache-invalidating environment variables, the debug knob
+    (TRITON_DEBUG turns on device assertions through the compile options, not through that list) and the other
+    knobs each launch passes as compile options."""
     from triton import knobs as triton_knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
     env = sorted((str(k), str(v)) for k, v in get_cache_invalidating_env_vars().items())
-    return (*env, ("triton.knobs.runtime.debug", str(bool(triton_knobs.runtime.debug))))
+    options = [(f"triton.knobs.{group}.{name}", str(getattr(getattr(triton_knobs, group), name, None)))
+               for group, name in _LAUNCH_OPTION_KNOBS]
+    return (*env, ("triton.knobs.runtime.debug", str(bool(triton_knobs.runtime.debug))), *options)
 
 
 # ---------------------------------------------------------------------------------------------------------

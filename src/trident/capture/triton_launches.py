@@ -8,6 +8,7 @@ there for the duration of a trace, so user code need not be edited.
 A recorded node reads (torch 2.13, all keyword arguments):
     triton_kernel_wrapper_mutation(kernel_idx=int, constant_args_idx=int, grid=[(g0, g1, g2), ...],
                                    tma_descriptor_metadata={}, kwargs={name: fx.Node | int | float | ...})
+torch 2.15 adds `launch_kwargs=(name, ...)` when the launch passed arguments by keyword.
 `kernel_idx` / `constant_args_idx` index `kernel_side_table`; `grid` holds one 3-tuple per autotune config.
 
 `run_recorded_launch_on_cpu` executes one such launch through Triton's interpreter (no TRITON_INTERPRET
@@ -405,11 +406,14 @@ def run_recorded_launch_on_cpu(
     grid: Sequence[Grid] | Grid,
     tma_descriptor_metadata: Mapping[str, Any],
     kwargs: Mapping[str, Any],
+    launch_kwargs: Sequence[str] | None = None,
 ) -> None:
     """Execute one recorded launch on CPU tensors through Triton's interpreter (mutates the tensors in kwargs).
 
     Takes the HOP node's keyword arguments with concrete values: tensors for tensor nodes, ints for SymInts.
-    `grid` is the node's list of grids (one per autotune config), or a single tuple / `lambda META: ...`."""
+    `grid` is the node's list of grids (one per autotune config), or a single tuple / `lambda META: ...`.
+    `launch_kwargs` (torch >= 2.15 records it when the launch passed keywords) names the arguments the launch
+    passed by keyword; this runner passes every argument by keyword, so it changes nothing here."""
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
 

@@ -13,10 +13,13 @@
  * The CUDA driver and torch's CUDA library are reached with dlopen when the first CUDA launch object is
  * made (init_cuda), so CPU-only machines load this runtime unchanged.
  *
- * Triton 3.6's launch ABI: the kernel's non-constexpr parameters in order (pointers as 8-byte device
- * addresses, integers and floats at their width), then two scratch pointers (global and profile scratch,
- * NULL when the kernel needs none, which is the only case registered here), block = 32 * num_warps threads,
- * dynamic shared memory = metadata.shared (Triton raised the kernel's limit above 48 KB when it loaded it).
+ * Triton's launch ABI, the same in 3.6.0, 3.7.1, 3.8.0 and 3.9.0 for every kernel registered here (the
+ * versions and the differences around it are listed at VERIFIED_LAUNCH_ABI in runtime/triton_native.py,
+ * which keeps other versions off this path): the kernel's non-constexpr parameters in order (pointers as
+ * 8-byte device addresses, integers and floats at their width), then two scratch pointers (global and profile
+ * scratch, NULL when the kernel needs none, which is the only case registered here), block = 32 * num_warps
+ * threads, dynamic shared memory = metadata.shared (Triton raised the kernel's limit above 48 KB when it
+ * loaded it).
  */
 #include <dlfcn.h>
 

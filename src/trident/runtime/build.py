@@ -11,6 +11,8 @@ a half-written file to each other (a lock file also makes a second builder wait 
 
 The library is loaded only from a folder only its owner can write (cache/trust.py); elsewhere it is built into
 a private temporary folder of the process instead, with a warning saying how to fix the cache.
+A build says on stderr when it starts and when it ends (with the seconds it took: 20-40 s on 2 cores), and
+a missing prerequisite (the compiler, Python's headers, torch's headers) is named before g++ runs.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ from trident.runtime import typed_ops
 MODULE_NAME = "_trident_runtime"  # PyInit__trident_runtime in csrc/module.cpp
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
 COMPILER = "g++"
-COMPILE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-g0")
+# C++20 as torch's own cpp_extension uses: torch 2.15's headers need it (std::construct_at in ivalue_inl.h).
+COMPILE_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", "-g0")
 TORCH_LIBS = ("-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10")
 
 
@@ -99,15 +102,53 @@ def _run(command: list[str]) -> None:
         )
 
 
-def _build(target: Path) -> None:
+def _torch_include_dirs() -> list[str]:
     # Only needed when building; importing cpp_extension costs time that a cached load should not pay.
     from torch.utils import cpp_extension
 
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    return list(cpp_extension.include_paths())
+
+
+def _python_include_dir() -> str:
+    return sysconfig.get_paths()["include"]
+
+
+# A header the runtime includes from each place (csrc/runtime_internal.h and friends): if it is absent, so is
+# the rest, and g++ would bury that under pages of errors.
+TORCH_HEADER = "torch/csrc/autograd/python_variable.h"
+
+
+def _check_toolchain(torch_includes: list[str], python_include: str) -> None:
+    """Raise RuntimeBuildError naming the first missing prerequisite of the build, with what to install."""
+    where = "Trident's native runtime (compiled once per torch version)"
+    if shutil.which(COMPILER) is None:
+        raise RuntimeBuildError(
+            f"{where} needs the C++ compiler '{COMPILER}', which is not on PATH; install it (Debian/Ubuntu: "
+            "apt-get install g++) and call again"
+        )
+    if not (Path(python_include) / "Python.h").is_file():
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise RuntimeBuildError(
+            f"{where} needs Python's C headers: Python.h is not in {python_include}; install them for Python "
+            f"{version} (Debian/Ubuntu: apt-get install python{version}-dev)"
+        )
+    if not any((Path(d) / TORCH_HEADER).is_file() for d in torch_includes):
+        raise RuntimeBuildError(
+            f"{where} needs torch's C++ headers: {TORCH_HEADER} is in none of {torch_includes}; this torch "
+            f"({torch.__version__} at {Path(torch.__file__).parent}) was installed without its include/ folder; "
+            "reinstall torch from a wheel (pip install --force-reinstall torch)"
+        )
+
+
+def _build(target: Path) -> None:
+    torch_includes, python_include = _torch_include_dirs(), _python_include_dir()
+    _check_toolchain(torch_includes, python_include)
+    includes = [*torch_includes, python_include]
     compile_base = [COMPILER, *COMPILE_FLAGS, _abi_define(), f"-I{CSRC_DIR}", *(f"-I{d}" for d in includes)]
     lib_dir = str(_torch_lib_dir())
-    print(f"trident: building the native runtime for torch {torch.__version__} (once, ~30 s)...",
-          file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    print(f"trident: building the native runtime for torch {torch.__version__} (once per torch version, "
+          "usually 20-40 s)...", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
         sources = _sources()
         for name, text in _generated_sources().items():
@@ -124,6 +165,8 @@ def _build(target: Path) -> None:
               *_link_libs()])
         # Atomic publish: another process sees either no file or a complete one (same filesystem).
         os.replace(partial, target)
+    print(f"trident: built the native runtime in {time.perf_counter() - start:.1f} s ({target.parent})",
+          file=sys.stderr, flush=True)
 
 
 _private_build_dirs: dict[Path, Path] = {}  # build folder refused -> this process's private folder for it

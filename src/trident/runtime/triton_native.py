@@ -15,6 +15,10 @@ native launches for the site with the reason; its launches stay correct through 
 
 Each site's LaunchPlan remembers the add_variant calls made for it (VariantArguments), so that the disk cache can
 store the variants' binaries and hand them to the TritonLaunch of a new process (cache/launch_sites.py).
+
+The launcher follows Triton's CUDA launch ABI, which is private and changes between releases; native launches
+run only under the Triton versions in VERIFIED_LAUNCH_ABI. Under any other version every launch goes through
+Triton's own launcher and explain says why.
 """
 from __future__ import annotations
 
@@ -34,6 +38,26 @@ log = logging.getLogger("trident")
 KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE = range(5)
 PARAM_POINTER, PARAM_INT, PARAM_FP32, PARAM_FP64, PARAM_LITERAL = range(5)
 
+# Triton versions whose CUDA launch ABI csrc/triton_launch.cpp follows, read from each release's
+# backends/nvidia/driver.py + driver.c (the launcher) and compiler/compiler.py (CompiledKernel). What was checked,
+# identical in all four: the kernel's non-constexpr parameters in signature order, then two trailing device
+# pointers (global_scratch, profile_scratch: NULL when the metadata's sizes are 0); block = 32 * num_warps threads;
+# dynamic shared memory = metadata.shared, with load_binary raising the function's limit above 48 KB;
+# cuLaunchKernelEx gets attributes only for num_ctas != 1, launch_cooperative_grid, launch_pdl (all refused in
+# _unsupported_metadata); CompiledKernel.function is the CUfunction, .metadata holds num_warps / num_ctas /
+# shared / name / target, .asm["cubin"] the binary; load_binary returns (module, function, n_regs, n_spills,
+# max_threads). Differences found, and how they are handled:
+#   3.6.0  a C launcher generated per signature (i1 passed as int8). Also run natively on the H200.
+#   3.7.1  one generic launcher in driver.c (argument extractors; i1 passed as int32): the same bytes reach the
+#          kernel from a zero-extended 8-byte slot.
+#   3.8.0  GSan instrumentation appends an argument before the scratch pointers, and more than 228 KB of shared
+#          memory adds a launch attribute: both refused (_unsupported_metadata). CompiledKernel.__del__ unloads
+#          its module: a registered variant keeps its CompiledKernel alive (RegisteredVariant.compiled).
+#   3.9.0  GSan appends three arguments (refused as in 3.8.0); __del__ unloads only in the loading process.
+# Only 3.6.0 has launched natively on a GPU so far; the others are verified by reading their sources.
+VERIFIED_LAUNCH_ABI = ("3.6.0", "3.7.1", "3.8.0", "3.9.0")
+
+MAX_SHARED_BYTES = 228 * 1024  # above it Triton >= 3.8 launches with an oversized-shared-memory attribute
 MAX_VARIANTS = 32  # per launch site; past it new specializations keep running through Triton's launcher
 MAX_KEY = 64  # csrc kMaxKey
 _INT_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"})
@@ -48,6 +72,16 @@ def kernel_chain(kernel: Any) -> tuple[list[Any], Any]:
         wrappers.append(kernel)
         kernel = kernel.fn
     return wrappers, kernel
+
+
+def unverified_triton() -> str | None:
+    """Why this Triton's launches cannot go native (its launch ABI is not one Trident follows), or None."""
+    import triton
+
+    if triton.__version__ in VERIFIED_LAUNCH_ABI:
+        return None
+    return (f"native launch not verified for Triton {triton.__version__} (verified: "
+            f"{', '.join(VERIFIED_LAUNCH_ABI)})")
 
 
 @functools.cache
@@ -160,7 +194,7 @@ def make_native_launch(launch: Any) -> Any:
 
     plan = LaunchPlan(launch, kernel_side_table.get_kernel(launch.kernel_idx))
     native = load_runtime().TritonLaunch(launch.kernel_name, launch, plan.key_spec)
-    reason = plan.unsupported or cuda_ready()
+    reason = unverified_triton() or plan.unsupported or cuda_ready()
     if reason is not None:
         native.disable(reason)
     launch.native, launch.plan = native, plan
@@ -239,6 +273,10 @@ def _unsupported_metadata(compiled: Any) -> str | None:
         return "a global or profile scratch buffer"
     if getattr(metadata, "tensordesc_meta", None):
         return "tensor descriptors"
+    if getattr(metadata, "instrumentation_mode", ""):  # Triton >= 3.8: GSan adds kernel arguments
+        return f"Triton instrumentation (instrumentation_mode={metadata.instrumentation_mode!r})"
+    if metadata.shared > MAX_SHARED_BYTES:
+        return f"{metadata.shared} bytes of shared memory (more than {MAX_SHARED_BYTES} needs a launch attribute)"
     return None
 
 
