@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import struct
 import threading
 import time
 import warnings
@@ -327,21 +328,27 @@ class JitFunction:
         return list(values[:n]), dict(zip(self.param_names[n:], values[n:]))
 
     def _newly_dynamic(self, facts: CallFacts) -> Dynamism:
-        """Sizes and ints that differ from the latest specialization of the same structure."""
+        """What differs from the latest specialization of the same structure: sizes, ints and floats by value
+        (a bool is a constant: LeafKind.BOOL), storage offsets, and strides that changed for another reason than
+        their sizes (a transposed, sliced or expanded layout; a contiguous tensor that grows keeps strides
+        inferred from its sizes)."""
         for spec in reversed(self.specializations):
             if not _same_structure(spec.facts, facts):
                 continue
-            sizes, ints = set(), set()
+            sizes, ints, floats, strides, offsets = set(), set(), set(), set(), set()
             for old, new in zip(spec.facts.leaves, facts.leaves):
                 key = (new.path.param, new.path.items)
                 if new.kind is LeafKind.TENSOR and old.tensor is not None and new.tensor is not None:
-                    changed = [d for d, (a, b) in enumerate(zip(old.tensor.sizes, new.tensor.sizes)) if a != b]
-                    if not changed and old.tensor.storage_offset != new.tensor.storage_offset and new.tensor.sizes:
-                        changed = [0]  # an offset is symbolic only alongside a symbolic size (ShapeEnv rule)
-                    sizes.update((*key, d) for d in changed)
+                    a, b = old.tensor, new.tensor
+                    sizes.update((*key, d) for d, (x, y) in enumerate(zip(a.sizes, b.sizes)) if x != y)
+                    strides.update((*key, d) for d in _layout_changes(a.sizes, a.strides, b.sizes, b.strides))
+                    if a.storage_offset != b.storage_offset:
+                        offsets.add(key)
                 elif new.kind is LeafKind.INT and old.value != new.value:
                     ints.add(key)
-            return Dynamism(frozenset(sizes), frozenset(ints))
+                elif new.kind is LeafKind.FLOAT and _float_bits(old.value) != _float_bits(new.value):
+                    floats.add(key)
+            return Dynamism(*(frozenset(x) for x in (sizes, ints, floats, strides, offsets)))
         return Dynamism()
 
     # -- introspection ----------------------------------------------------------------------------------------
@@ -383,3 +390,26 @@ def _same_structure(a: CallFacts, b: CallFacts) -> bool:
             if (x.tensor.dtype, x.tensor.device, len(x.tensor.sizes)) != (y.tensor.dtype, y.tensor.device, len(y.tensor.sizes)):
                 return False
     return True
+
+
+def _float_bits(value: object) -> bytes:
+    return struct.pack("<d", value)  # bitwise, as float guards compare: 0.0 and -0.0 differ, a NaN equals itself
+
+
+def _layout_changes(
+    old_sizes: Sequence[int], old_strides: Sequence[int], new_sizes: Sequence[int], new_strides: Sequence[int]
+) -> list[int]:
+    """Dims whose stride changed other than by following its sizes: same sizes and another stride, or a stride
+    whose kind changed (0, 1, the contiguous product of the next dim's size and stride, or anything else)."""
+
+    def kind(sizes: Sequence[int], strides: Sequence[int], d: int) -> object:
+        if strides[d] in (0, 1):
+            return strides[d]
+        return d + 1 < len(sizes) and strides[d] == sizes[d + 1] * strides[d + 1]
+
+    same_sizes = tuple(old_sizes) == tuple(new_sizes)
+    return [
+        d for d in range(len(new_strides))
+        if old_strides[d] != new_strides[d]
+        and (same_sizes or kind(old_sizes, old_strides, d) != kind(new_sizes, new_strides, d))
+    ]  # fmt: skip

@@ -70,6 +70,9 @@ def lookup_key(
         argument_structure(facts),
         tuple(sorted(dynamism.sizes)),
         tuple(sorted(dynamism.ints)),
+        tuple(sorted(dynamism.floats)),
+        tuple(sorted(dynamism.strides)),
+        tuple(sorted(dynamism.offsets)),
         str(torch.get_default_device()),
     )
     return hashlib.blake2b(repr(parts).encode(), digest_size=20).hexdigest()

@@ -10,6 +10,7 @@ other property must equal its expression; then the ShapeEnv's guards and value r
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 import sympy
@@ -78,8 +79,8 @@ class ScalarGuard:
     def describe(self) -> str:
         if self.kind is LeafKind.NONE:
             return f"{self.path.name}: None"
-        if self.value is None:
-            return f"{self.path.name}: any {self.kind.value}"
+        if self.value is None:  # a symbolic float excludes inf and NaN (capture/trace.py _float_traced)
+            return f"{self.path.name}: any {'finite ' if self.kind is LeafKind.FLOAT else ''}{self.kind.value}"
         return f"{self.path.name}: {self.kind.value} == {self.value!r}"
 
 
@@ -311,7 +312,7 @@ def describe_global_state(state: int) -> str:
 
 
 def _expr(value: object) -> sympy.Expr:
-    if isinstance(value, torch.SymInt):
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
         return value.node.expr
     return sympy.Integer(int(value))  # type: ignore[call-overload]
 
@@ -337,9 +338,9 @@ def build_guards(facts: CallFacts, trace: Trace, names: dict[int, str] | None = 
             assert leaf.tensor is not None
             guards.tensors.append(TensorGuard(leaf.path, leaf.tensor))
             tensor_properties(leaf.path, trace.fake_leaves[index])  # type: ignore[arg-type]
-        elif leaf.kind is LeafKind.INT and index in trace.fake_leaves:
+        elif leaf.kind in (LeafKind.INT, LeafKind.FLOAT) and index in trace.fake_leaves:
             guards.scalars.append(ScalarGuard(leaf.path, leaf.kind, None))
-            properties.append((leaf.path, "int", 0, _expr(trace.fake_leaves[index])))
+            properties.append((leaf.path, leaf.kind.value, 0, _expr(trace.fake_leaves[index])))
         elif leaf.kind is LeafKind.OBJECT:
             guards.identities.append(
                 IdentityGuard(leaf.path, len(guards.identity_objects), type(leaf.value).__name__)
@@ -373,6 +374,10 @@ def build_guards(facts: CallFacts, trace: Trace, names: dict[int, str] | None = 
         if isinstance(expr, sympy.Symbol) and expr not in bound:
             bound.add(expr)
             guards.bindings.append(SymbolBinding(expr, path, prop, dim))
+        elif prop == "float":  # capture/specialize.py retraces a float sympy bound to anything else as a constant
+            from .. import exc
+
+            raise exc.LoweringError(f"internal error: symbolic float '{path.name}' is {expr}, not its own symbol")
         else:
             guards.properties.append(PropertyGuard(path, prop, dim, expr))
     guards.relations = _shape_env_relations(trace, bound)
@@ -475,6 +480,8 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             return f"argument '{sg.path.name}': expected {sg.kind.value}, got {type(value).__name__}"
         if sg.value is not None and sg.kind is not LeafKind.NONE and not _same_scalar(value, sg.value):
             return f"argument '{sg.path.name}': value mismatch: expected {sg.value!r}, got {value!r}"
+        if sg.value is None and sg.kind is LeafKind.FLOAT and not math.isfinite(value):  # type: ignore[arg-type]
+            return f"argument '{sg.path.name}': {value!r} is not finite; this specialization takes any finite float"
     for ig in guards.identities:
         value = leaf_value(ig.path, args, constants)
         if value is not guards.identity_objects[ig.constant_index]:
@@ -522,16 +529,18 @@ def _symbol_sources(rg: RelationGuard, guards: GuardSet) -> str:
 
 
 def _property_name(path: LeafPath, prop: str, dim: int) -> str:
-    if prop == "int":
+    if prop in ("int", "float"):
         return f"'{path.name}'"
     if prop == "offset":
         return f"'{path.name}'.storage_offset()"
     return f"'{path.name}'.{prop}({dim})"
 
 
-def _property(value: object, prop: str, dim: int) -> int:
+def _property(value: object, prop: str, dim: int) -> int | sympy.Float:
     if prop == "int":
         return int(value)  # type: ignore[call-overload]
+    if prop == "float":
+        return sympy.Float(value, 53)  # type: ignore[arg-type]  # the double exactly
     assert isinstance(value, torch.Tensor)
     if prop == "size":
         return int(value.size(dim))
@@ -591,7 +600,7 @@ def _guard_lines(guards: GuardSet) -> list[str]:
     lines += [g.describe() for g in guards.derived]
     lines += [g.describe() for g in guards.attributes]
     for b in guards.bindings:
-        if b.prop == "int":
+        if b.prop in ("int", "float"):
             lines.append(f"{b.symbol} = {_property_name(b.path, b.prop, b.dim)}")
     lines += [f"relation: {g.describe()}" for g in guards.relations]
     lines.append(guards.global_state.describe())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
+import math
 import operator
 import os
 import threading
@@ -44,14 +45,19 @@ from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
+from .specialize import symbols_to_specialize, watch_float_folds
 
 
 @dataclasses.dataclass(frozen=True)
 class Dynamism:
-    """Which leaf properties are traced symbolically: (param, items) -> dims, and ints / offsets."""
+    """Which leaf properties are traced symbolically: sizes and strides by (param, items, dim); ints, floats
+    and storage offsets by (param, items)."""
 
     sizes: frozenset[tuple[int, tuple[int, ...], int]] = frozenset()
     ints: frozenset[tuple[int, tuple[int, ...]]] = frozenset()
+    floats: frozenset[tuple[int, tuple[int, ...]]] = frozenset()
+    strides: frozenset[tuple[int, tuple[int, ...], int]] = frozenset()
+    offsets: frozenset[tuple[int, tuple[int, ...]]] = frozenset()
 
     def size_dynamic(self, path: LeafPath, dim: int) -> bool:
         return (path.param, path.items, dim) in self.sizes
@@ -59,8 +65,29 @@ class Dynamism:
     def int_dynamic(self, path: LeafPath) -> bool:
         return (path.param, path.items) in self.ints
 
+    def float_dynamic(self, path: LeafPath) -> bool:
+        return (path.param, path.items) in self.floats
+
+    def stride_dynamic(self, path: LeafPath, dim: int) -> bool:
+        return (path.param, path.items, dim) in self.strides
+
+    def offset_dynamic(self, path: LeafPath) -> bool:
+        return (path.param, path.items) in self.offsets
+
     def union(self, other: Dynamism) -> Dynamism:
-        return Dynamism(self.sizes | other.sizes, self.ints | other.ints)
+        return Dynamism(
+            self.sizes | other.sizes, self.ints | other.ints, self.floats | other.floats,
+            self.strides | other.strides, self.offsets | other.offsets,
+        )  # fmt: skip
+
+    def without(self, other: Dynamism) -> Dynamism:
+        return Dynamism(
+            self.sizes - other.sizes, self.ints - other.ints, self.floats - other.floats,
+            self.strides - other.strides, self.offsets - other.offsets,
+        )  # fmt: skip
+
+    def __bool__(self) -> bool:
+        return bool(self.sizes or self.ints or self.floats or self.strides or self.offsets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,14 +377,54 @@ def _fake_leaf(leaf: Leaf, fake_mode: FakeTensorMode, dynamism: Dynamism) -> obj
         dims = [
             DimDynamic.DYNAMIC if dynamism.size_dynamic(leaf.path, d) else DimDynamic.STATIC for d in range(t.dim())
         ]
-        context = StatelessSymbolicContext(dynamic_sizes=dims)
+        # A symbolic stride is DYNAMIC (its own symbol); the others are inferred as the ShapeEnv does (static,
+        # or expressions of the sizes when sizes are symbolic). Strides of 0 and 1 stay constants either way
+        # (expanded and unit dims keep their meaning), so does 16-byte alignment (a TensorGuard).
+        strides = [
+            DimDynamic.DYNAMIC if dynamism.stride_dynamic(leaf.path, d) else DimDynamic.INFER_STRIDE
+            for d in range(t.dim())
+        ]
+        context = StatelessSymbolicContext(dynamic_sizes=dims, dynamic_strides=strides)
+        if dynamism.offset_dynamic(leaf.path):
+            shape_env.dynamic_offsets.add(source.name)  # type: ignore[attr-defined]
         # Trace without autograd history: guards ensure grad mode or requires_grad rule this out.
         return fake_mode.from_tensor(t.detach(), symbolic_context=context, source=source)
     if leaf.kind is LeafKind.INT and dynamism.int_dynamic(leaf.path):
         value = leaf.value
         symbol = shape_env.create_unspecified_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)  # type: ignore[arg-type]
         return shape_env.create_symintnode(symbol, hint=value, source=source)
+    if _float_traced(leaf, dynamism):
+        value = leaf.value
+        symbol = shape_env.create_unspecified_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)  # type: ignore[arg-type]
+        return shape_env.create_symfloatnode(symbol, hint=value, source=source)
     return leaf.value
+
+
+def _float_traced(leaf: Leaf, dynamism: Dynamism) -> bool:
+    """A float leaf is traced symbolically when dynamic and finite: sympy's algebra assumes a finite real (it
+    folds t - t to 0), so inf and NaN stay constants of their own specializations (guards check finiteness)."""
+    return leaf.kind is LeafKind.FLOAT and dynamism.float_dynamic(leaf.path) and math.isfinite(leaf.value)  # type: ignore[arg-type]
+
+
+class _LayoutShapeEnv(ShapeEnv):
+    """A ShapeEnv whose storage offsets of chosen inputs are symbols of their own. torch makes an offset
+    symbolic only when a size is (and then duck-sized: equal to any size of the same value), with no option
+    to ask for it; Trident makes it symbolic when offsets vary, sizes or not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dynamic_offsets: set[str] = set()  # source names of tensors whose offset is symbolic
+
+    def create_symbol(self, val, source, dynamic_dim=DimDynamic.DUCK, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+        if (
+            isinstance(source, TensorPropertySource)
+            and source.prop is TensorProperty.STORAGE_OFFSET
+            and source.base.name in self.dynamic_offsets
+        ):
+            dynamic_dim = DimDynamic.DYNAMIC
+        return super().create_symbol(val, source, dynamic_dim, *args, **kwargs)
 
 
 def _source_name(path: LeafPath) -> str:
@@ -366,8 +433,12 @@ def _source_name(path: LeafPath) -> str:
 
 
 def is_traced_leaf(leaf: Leaf, dynamism: Dynamism) -> bool:
-    """Whether a leaf is a graph placeholder (tensors, symbolic ints) rather than fixed at capture."""
-    return leaf.kind is LeafKind.TENSOR or (leaf.kind is LeafKind.INT and dynamism.int_dynamic(leaf.path))
+    """Whether a leaf is a graph placeholder (tensors, symbolic ints and floats) rather than fixed at capture."""
+    return (
+        leaf.kind is LeafKind.TENSOR
+        or (leaf.kind is LeafKind.INT and dynamism.int_dynamic(leaf.path))
+        or _float_traced(leaf, dynamism)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -382,7 +453,26 @@ def trace_function(
     facts: CallFacts,
     dynamism: Dynamism,
 ) -> Trace:
-    shape_env = ShapeEnv()
+    """Trace with `dynamism`, then again with the symbols the trace cannot keep symbolic made constants
+    (capture/specialize.py) until none is left."""
+    while True:
+        trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism)
+        pinned = pinned.without(pinned.without(dynamism))  # only what this trace had symbolic
+        if not pinned:
+            return trace
+        dynamism = dynamism.without(pinned)
+
+
+def _trace_once(
+    fn: Callable[..., object],
+    n_positional: int,
+    param_names: Sequence[str],
+    values: Sequence[object],
+    facts: CallFacts,
+    dynamism: Dynamism,
+) -> tuple[Trace, Dynamism]:
+    """One trace, and the dynamism of the symbols it must not keep symbolic."""
+    shape_env = _LayoutShapeEnv()
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     traced = [i for i, leaf in enumerate(facts.leaves) if is_traced_leaf(leaf, dynamism)]
     # Outside `with fake_mode`: there, t.detach() would already be a (static) fake tensor.
@@ -407,13 +497,51 @@ def trace_function(
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
     with _translate_capture_errors(), torch.inference_mode(False), torch.no_grad(), _tracing(), \
-            intercept_triton_launches(), fake_mode, mode:
+            intercept_triton_launches(), watch_float_folds() as folded, fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     remember_constant_computations(gm, mode.real_of, mode.produced)
+    pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded), shape_env, facts, traced)
     _split_size_lists(gm)
+    _int_to_float_nodes(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
     derived = fold_constant_views(gm, len(traced), constants, fake_constants)
-    return Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived)
+    trace = Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived)
+    return trace, pinned
+
+
+def _dynamism_of(symbols: set[object], shape_env: ShapeEnv, facts: CallFacts, traced: Sequence[int]) -> Dynamism:
+    """The leaf properties these symbols stand for (their sources: the leaf itself, or a tensor's size, stride
+    or storage offset)."""
+    from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+    paths = [facts.leaves[i].path for i in traced]
+    keys = {LocalSource(_source_name(p)).name: (p.param, p.items) for p in paths}
+    sizes, scalars, strides, offsets = set(), set(), set(), set()
+    for symbol in symbols:
+        for source in shape_env.var_to_sources.get(symbol, []):  # type: ignore[call-overload]
+            if isinstance(source, TensorPropertySource):
+                key = keys.get(source.base.name)
+                if key is None:
+                    continue
+                if source.prop is TensorProperty.SIZE:
+                    sizes.add((*key, source.idx))
+                elif source.prop is TensorProperty.STRIDE:
+                    strides.add((*key, source.idx))
+                else:
+                    offsets.add(key)
+            elif source.name in keys:
+                scalars.add(keys[source.name])
+    scalar_keys = frozenset(scalars)
+    return Dynamism(frozenset(sizes), scalar_keys, scalar_keys, frozenset(strides), frozenset(offsets))  # type: ignore[arg-type]
+
+
+def _int_to_float_nodes(gm: torch.fx.GraphModule) -> None:
+    """torch.sym_float(n) (int -> float in Python arithmetic, `t * n`) as aten.Float.Scalar, which torch-mlir
+    imports (it has no importer for torch.sym_float)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.sym_float:
+            node.target = torch.ops.aten.Float.Scalar
+    gm.recompile()
 
 
 def _flatten_output(

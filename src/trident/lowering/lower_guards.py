@@ -12,10 +12,10 @@ import sympy
 
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
 from ..capture.inputs import LeafKind, LeafPath
-from ..ir.mlir_text import I32, I64, PTR, FunctionBuilder, ModuleBuilder
+from ..ir.mlir_text import F64, I32, I64, PTR, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
-from .symbolic_ints import SymbolicIntLowering
+from .symbolic_ints import SymbolicIntLowering, float_relation
 
 # c10::DeviceType values
 _DEVICE_TYPES = {"cpu": 0, "cuda": 1, "xpu": 12, "mps": 13, "meta": 14}
@@ -99,6 +99,12 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     arrays: dict[tuple[str, int], str] = {}  # (meta, sizes/strides field) -> loaded array pointer
 
     def read_property(path: LeafPath, prop: str, dim: int) -> str:
+        if prop == "float":
+            tmp = fb.alloca(1, F64, "float")
+            ok = fb.call(abi.READ_FLOAT, [access.object(path), tmp])
+            assert ok is not None
+            fb.check_nonzero(ok)
+            return fb.load(tmp, F64)
         if prop == "int":
             tmp = fb.alloca(1, I64, "int")
             ok = fb.call(abi.READ_INT, [access.object(path), tmp])
@@ -113,9 +119,10 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
             arrays[(meta, field)] = fb.load(fb.gep(meta, field), PTR)
         return fb.load(fb.gep(arrays[(meta, field)], dim))
 
-    env: dict[sympy.Symbol, str] = {}
+    env: dict[sympy.Symbol, str] = {}  # int symbols -> i64
+    floats: dict[sympy.Symbol, str] = {}  # float symbols -> f64
     for b in guards.bindings:
-        env[b.symbol] = read_property(b.path, b.prop, b.dim)
+        (floats if b.prop == "float" else env)[b.symbol] = read_property(b.path, b.prop, b.dim)
     # An expression that overflows or divides by zero for these inputs cannot prove the guard: a miss.
     symbolic = SymbolicIntLowering(fb, env, lambda ok, kind, message: fb.check(ok))
     conditions = [
@@ -124,7 +131,10 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     if conditions:
         fb.check(fb.all_of(conditions))
     for rg in guards.relations:
-        fb.check(symbolic.bool_expr(rg.expr))
+        if rg.expr.free_symbols & floats.keys():
+            fb.check(float_relation(fb, rg.expr, floats))
+        else:
+            fb.check(symbolic.bool_expr(rg.expr))
     fb.ret(fb.const(1, I32))
     fb.finish()
 
@@ -166,6 +176,10 @@ def _lower_scalar_object(fb: FunctionBuilder, obj: str, kind: LeafKind, value: o
     ok = fb.call(reader, [obj, tmp])
     assert ok is not None
     fb.check_nonzero(ok)
+    if value is None and kind is LeafKind.FLOAT:  # any finite float: exponent bits not all ones (inf, NaN)
+        exponent = fb.binary("andi", fb.load(tmp), fb.const(0x7FF0_0000_0000_0000))
+        fb.check(fb.cmp("ne", exponent, fb.const(0x7FF0_0000_0000_0000)))
+        return
     if value is None:  # any int: its value is bound to a symbol
         return
     if kind is LeafKind.FLOAT:

@@ -77,6 +77,11 @@ _INT_CHECKED = {  # can overflow or divide by zero: checked_int_op raises as Pyt
     # fmod.int, so this op only ever means operator.mod: Python's sign rule, not C's.
     "torch.aten.fmod.int": "mod",
 }  # fmt: skip
+# Python's float arithmetic (capture/specialize.py keeps every other float operation out of compiled graphs).
+_FLOAT_BINARY = {
+    "torch.aten.add.float": "addf", "torch.aten.add.float_int": "addf", "torch.aten.sub.float": "subf",
+    "torch.aten.mul.float": "mulf", "torch.aten.div.float": "divf",
+}  # fmt: skip
 _SCALAR_RESULTS = {"!torch.int": "int", "!torch.float": "float", "!torch.bool": "bool"}  # op results in a slot
 _INT_COMPARE = {
     "torch.aten.eq.int": "eq", "torch.aten.ne.int": "ne", "torch.aten.lt.int": "slt",
@@ -179,6 +184,10 @@ class HostProgramLowering:
             handle = fb.call(abi.TENSOR_HANDLE, [obj])
             assert handle is not None
             return _Lowered("tensor", handle, pyobject=obj)
+        if source.kind == "float":  # the guard already checked it is a float
+            tmp = fb.alloca(1, F64, "float")
+            fb.call(abi.READ_FLOAT, [obj, tmp])
+            return _Lowered("float", fb.load(tmp, F64), pyobject=obj)
         tmp = fb.alloca(1, I64, "int")
         fb.call(abi.READ_INT, [obj, tmp])  # the guard already checked it is an int
         return _Lowered("int", fb.load(tmp), pyobject=obj)
@@ -212,6 +221,14 @@ class HostProgramLowering:
             a, b = (self._int(v) for v in op.operands)
             value = checked_int_op(fb, _INT_CHECKED[name], a, b, self._raise_unless, name.removeprefix("torch."))
             self.values[op.results[0]] = _Lowered("int", value)
+        elif name in _FLOAT_BINARY:
+            self.values[op.results[0]] = _Lowered("float", self._float_binary(name, op))
+        elif name == "torch.aten.neg.float":
+            negated = fb.fresh()
+            fb.emit(f"{negated} = arith.negf {self._float(op.operands[0])} : f64")
+            self.values[op.results[0]] = _Lowered("float", negated)
+        elif name == "torch.aten.Float.Scalar":
+            self.values[op.results[0]] = _Lowered("float", self._float(op.operands[0]))
         elif name == "torch.aten.neg.int":
             value = checked_int_op(fb, "subi", fb.const(0), self._int(op.operands[0]), self._raise_unless, "aten.neg.int")
             self.values[op.results[0]] = _Lowered("int", value)
@@ -282,6 +299,24 @@ class HostProgramLowering:
         if lowered.kind not in ("int", "bool"):
             raise exc.LoweringError(f"expected an int, got {lowered.kind}")
         return lowered.ssa
+
+    def _float(self, value: ir.Value) -> str:
+        """An f64 of a float, or of an int converted as Python's float(n) does (round to nearest even)."""
+        lowered = self.values[value]
+        if lowered.kind == "float":
+            return lowered.ssa
+        converted = self.fb.fresh()
+        self.fb.emit(f"{converted} = arith.sitofp {self._int(value)} : i64 to f64")
+        return converted
+
+    def _float_binary(self, name: str, op: ir.Operation) -> str:
+        """Python's float + - * / on doubles: IEEE arithmetic, except that / by a zero raises."""
+        a, b = (self._float(v) for v in op.operands)
+        if name == "torch.aten.div.float":
+            nonzero = self.fb.fresh("ok")
+            self.fb.emit(f"{nonzero} = arith.cmpf une, {b}, {self.fb.const(0.0, F64)} : f64")
+            self._raise_unless(nonzero, abi.EXC_ZERO_DIVISION, "float division by zero")
+        return self.fb.binary(_FLOAT_BINARY[name], a, b, F64)
 
     def _normalized_dim(self, op: ir.Operation, dim: str) -> str:
         """dim + rank for negative dims (the rank is static in the tensor's type)."""

@@ -49,7 +49,8 @@ def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSourc
     sources = []
     for leaf_index in trace.placeholder_leaves:
         leaf = facts.leaves[leaf_index]
-        sources.append(PlaceholderSource("tensor" if leaf.kind is LeafKind.TENSOR else "int", leaf.path))
+        kind = {LeafKind.TENSOR: "tensor", LeafKind.FLOAT: "float"}.get(leaf.kind, "int")
+        sources.append(PlaceholderSource(kind, leaf.path))
     sources += [PlaceholderSource("constant", constant_index=i) for i in range(len(trace.constants))]
     return sources
 

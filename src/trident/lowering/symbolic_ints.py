@@ -13,7 +13,7 @@ import sympy
 from torch.utils._sympy import functions as torch_sympy
 
 from .. import exc
-from ..ir.mlir_text import I1, I64, FunctionBuilder
+from ..ir.mlir_text import F64, I1, I64, FunctionBuilder
 from . import runtime_abi as abi
 
 FailUnless = Callable[[str, int, str], None]  # (ok: i1 SSA value, TRIDENT_EXC_* kind, message)
@@ -122,3 +122,39 @@ def python_mod(fb: FunctionBuilder, a: str, b: str) -> str:
     may wrap, but the difference fits (it lies in [0, b) or (b, 0]), and wrapping arithmetic gets it right."""
     q = fb.binary("floordivsi", a, b)
     return fb.binary("subi", a, fb.binary("muli", q, b))
+
+
+_FLOAT_PREDICATES = {
+    sympy.StrictLessThan: "olt", sympy.LessThan: "ole", sympy.StrictGreaterThan: "ogt", sympy.GreaterThan: "oge",
+    sympy.Ne: "une",
+}  # fmt: skip
+
+
+def float_relation(fb: FunctionBuilder, expr: sympy.Basic, env: dict[sympy.Symbol, str]) -> str:
+    """An i1 for a relation over float symbols (f64 SSA values in env) of the one form the tracer keeps symbolic
+    (capture/specialize.py): a symbol compared with a number, or and/or/not of such comparisons. The comparison
+    is the one Python made on the double at capture, with IEEE semantics (NaN compares unequal)."""
+    if isinstance(expr, (sympy.And, sympy.Or)):
+        op = "andi" if isinstance(expr, sympy.And) else "ori"
+        values = [float_relation(fb, a, env) for a in expr.args]
+        result = values[0]
+        for v in values[1:]:
+            result = fb.binary(op, result, v, I1)
+        return result
+    if isinstance(expr, sympy.Not):
+        return fb.not_(float_relation(fb, expr.args[0], env))
+    predicate = _FLOAT_PREDICATES.get(type(expr))
+    if predicate is None:
+        raise exc.LoweringError(f"cannot lower float condition {expr} ({type(expr).__name__})")
+    a, b = (_float_operand(fb, side, env) for side in expr.args)
+    name = fb.fresh("ok")
+    fb.emit(f"{name} = arith.cmpf {predicate}, {a}, {b} : f64")
+    return name
+
+
+def _float_operand(fb: FunctionBuilder, expr: sympy.Basic, env: dict[sympy.Symbol, str]) -> str:
+    if isinstance(expr, sympy.Symbol) and expr in env:
+        return env[expr]
+    if isinstance(expr, sympy.Number):
+        return fb.const(float(expr), F64)
+    raise exc.LoweringError(f"cannot lower float operand {expr} ({type(expr).__name__})")
