@@ -18,12 +18,14 @@ from typing import Any
 
 PROGRAM = '''
 import json
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 import trident
+from trident.capture.triton_launches import compiled_form
 from trident.testing import count_compiles
 
 
@@ -131,6 +133,13 @@ def through_triton_op(x, y):
     return add_op(x, y) * 3
 
 
+# Triton's hash of each kernel as capture records it (with the helper it calls): the same with and without the
+# variable, so one process's kernels are checked against another's by the same key.
+cache_keys = {k.__name__: compiled_form(k).cache_key for k in (add_kernel, row_sumsq_kernel)}
+if os.environ.get("ONLY_CACHE_KEYS"):
+    print("RESULT " + json.dumps({"cache_keys": cache_keys, "kernel_type": type(add_kernel).__name__}), flush=True)
+    raise SystemExit(0)
+
 # Eager is the reference, except where Triton's interpreter cannot run the kernel eagerly on a CPU machine:
 # an autotuner with several configs benchmarks them through the GPU driver ("0 active drivers").
 REFERENCES = {
@@ -139,7 +148,8 @@ REFERENCES = {
 }
 torch.manual_seed(0)
 inputs = [(torch.randn(4, 8), torch.randn(4, 8)) for _ in range(3)]
-summary = {"kernel_types": sorted({type(k).__name__ for k in (add_kernel, _square, tuned_scale_kernel.fn)})}
+summary = {"kernel_types": sorted({type(k).__name__ for k in (add_kernel, _square, tuned_scale_kernel.fn)}),
+           "cache_keys": cache_keys}
 with torch.no_grad():
     for fn, reference in REFERENCES.items():
         jitted = trident.jit(fn)
@@ -161,9 +171,10 @@ PERSISTED = ["plain", "twice", "reduction", "autotuned", "autotuned_two_configs"
 FUNCTIONS = [*PERSISTED, "through_triton_op"]
 
 
-def run_interpreted(program: Path, disk_cache: Path) -> dict[str, Any]:
+def run_child(program: Path, disk_cache: Path, **extra: str) -> dict[str, Any]:
     env = {
         **os.environ, "TRITON_INTERPRET": "1", "TRIDENT_DISK_CACHE": "1", "TRIDENT_DISK_CACHE_DIR": str(disk_cache),
+        **extra,
     }  # fmt: skip
     done = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
@@ -179,7 +190,7 @@ def test_triton_interpret_captures_compiles_and_warm_starts(tmp_path: Path) -> N
     program.write_text(textwrap.dedent(PROGRAM))
     disk_cache = tmp_path / "specializations"
 
-    cold = run_interpreted(program, disk_cache)
+    cold = run_child(program, disk_cache)
     assert cold["kernel_types"] == ["InterpretedFunction"], "the child did not run with TRITON_INTERPRET=1"
     assert "ran eagerly" not in cold["stderr"], cold["stderr"]
     for name in FUNCTIONS:
@@ -194,7 +205,7 @@ def test_triton_interpret_captures_compiles_and_warm_starts(tmp_path: Path) -> N
 
     # A new process with the variable set loads every specialization (its kernels found again by name and
     # checked by Triton's cache_key, computed as without the variable) and compiles nothing.
-    warm = run_interpreted(program, disk_cache)
+    warm = run_child(program, disk_cache)
     for name in FUNCTIONS:
         summary = warm[name]
         assert summary["equal"], f"{name}: differs from eager after a warm start\n{summary['explain']}"
@@ -202,3 +213,8 @@ def test_triton_interpret_captures_compiles_and_warm_starts(tmp_path: Path) -> N
         assert (summary["compiles"], summary["eager_calls"], summary["hits"]) == (compiles, 0, 3), summary["explain"]
         assert ("loaded from the disk cache" in summary["explain"]) == (name in PERSISTED), summary["explain"]
     assert (warm["stats"]["loads"], warm["stats"]["rejected"]) == (len(PERSISTED), 0), warm["stats"]
+
+    # Without the variable, Triton's own cache_key of the same kernels (a helper included) is the twin's.
+    plain = run_child(program, disk_cache, TRITON_INTERPRET="0", ONLY_CACHE_KEYS="1")
+    assert plain["kernel_type"] == "JITFunction"
+    assert plain["cache_keys"] == cold["cache_keys"]

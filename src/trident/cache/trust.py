@@ -139,6 +139,8 @@ def _check(path: Path, root: Path) -> None:
             info = os.stat(current)
         except FileNotFoundError:
             return
+        except OSError as e:  # a folder this user cannot search: nothing below it can be vouched for
+            raise Untrusted(current, f"cannot be inspected ({e.strerror})", "make it readable by you") from e
         _check_in_cache(current, info, stat.S_ISDIR(info.st_mode))
 
 

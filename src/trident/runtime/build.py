@@ -202,7 +202,7 @@ def runtime_library_path() -> str:
     trust.make_private_folders(target.parent, root)
     # One builder at a time per folder (parallel test workers would otherwise all compile); the atomic
     # os.replace in _build keeps a reader safe even where the lock is not honoured.
-    with os.fdopen(os.open(target.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600), "r+b") as lock:
+    with os.fdopen(os.open(target.parent / ".lock", os.O_RDWR | os.O_CREAT, trust.FILE_MODE), "r+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not target.exists():  # another process may have built it while we waited
