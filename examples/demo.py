@@ -38,6 +38,9 @@ def per_call_us(systems: dict[str, object], args: tuple, rounds: int = 15, calls
 
 
 def main() -> None:
+    # Operators on tensors this small run on one thread anyway; with more, OpenMP's worker wake-ups on a shared
+    # machine made single timings scatter by 20x (both systems call the same ATen kernels, so this is fair).
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     x, w1, w2 = torch.randn(4, 16), torch.randn(16, 32), torch.randn(32, 16)
     with torch.no_grad():
@@ -64,7 +67,7 @@ def main() -> None:
             f"What bounds this on CPU: each of the 6 ATen operators on these tiny tensors costs 1-2 us inside ATen "
             f"itself (dispatch, TensorIterator, allocation); Trident removes Python's per-operator overhead, not "
             f"that, so about 1-2x over eager is what to expect here. The gains Trident is built for are on GPU "
-            f"launches (README). Timings on a busy machine scatter: load average {load:.1f} on {os.cpu_count()} cores."
+            f"launches (README). Timings on a busy machine scatter: load average {load:.1f} on {os.cpu_count()} cores, 1 torch thread."
         )
         print()
         print(trident.explain(mlp_block))
