@@ -50,33 +50,6 @@ def runtime_loaded() -> bool:
     return build._module is not None
 
 
-class LazyEntry:
-    """What trident.jit returns before the runtime is built: its first call builds the runtime and makes the
-    native entry, which then becomes this object's class's __call__ (a staticmethod, so the entry gets the
-    call's own arguments): later calls reach the entry through the class slot, with no Python frame. Each
-    LazyEntry has a class of its own for that reason."""
-
-    _trident: JitFunction
-
-    @staticmethod
-    def wrapping(jit: JitFunction) -> LazyEntry:
-        cls = type("LazyEntry", (LazyEntry,), {"__call__": LazyEntry._first_call, "_trident": jit})
-        lazy = cls()
-        functools.update_wrapper(lazy, jit.fn)  # type: ignore[arg-type]
-        jit._on_entry.append(lambda entry: setattr(cls, "__call__", staticmethod(entry)))
-        return lazy
-
-    def _first_call(self, *args: object, **kwargs: object) -> object:
-        return self._trident.make_entry()(*args, **kwargs)
-
-    def __get__(self, obj: object, objtype: type | None = None) -> object:
-        # Jitted in a class body: bind like a function (instance.f(x) calls f(instance, x)), as the entry does.
-        return self if obj is None else functools.partial(self, obj)
-
-    def __repr__(self) -> str:
-        return f"<trident.jit {self._trident.name!r}: native entry made at the first call>"
-
-
 def compile_count() -> int:
     return _compile_count
 
@@ -162,6 +135,8 @@ class JitFunction:
 
     def callable(self) -> Any:
         """What trident.jit returns: the native entry, or a LazyEntry that makes it at the first call."""
+        from .lazy_entry import LazyEntry
+
         return self._entry if self._entry is not None else LazyEntry.wrapping(self)
 
     # -- the miss path ----------------------------------------------------------------------------------------
