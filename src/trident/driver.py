@@ -96,9 +96,9 @@ class JitFunction:
         self.signature, self.param_names, self.n_positional, self._defaults = _signature_facts(fn)
         # The native entry needs the runtime, whose first build takes ~40 s: decorating (importing a module of
         # jitted functions) must not pay that, so the entry is made here only when this process has loaded the
-        # runtime already, else at the first call (make_entry, through LazyEntry).
+        # runtime already, else at the first call (make_entry; lazy_entry.py, module.py).
         self._entry: object | None = None
-        self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (LazyEntry)
+        self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (to take a call slot)
         if runtime_loaded():
             self.make_entry()
         self.specializations: list[Specialization] = []
@@ -133,11 +133,6 @@ class JitFunction:
                     tell(entry)
         return self._entry
 
-    def callable(self) -> Any:
-        """What trident.jit returns: the native entry, or a LazyEntry that makes it at the first call."""
-        from .lazy_entry import LazyEntry
-
-        return self._entry if self._entry is not None else LazyEntry.wrapping(self)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     def on_miss(self, *args: object, **kwargs: object) -> object:
