@@ -10,12 +10,13 @@ the entry, binding, guards. All in one process; rows take turns in each round; m
   module         trident.jit(module)(x): the wrapper's class __call__ is the entry, `self` an identity guard
   module, entry  the same entry called as entry(wrapper, x): the class-slot cost is the difference
   module+8 attrs a module whose forward reads 8 plain attributes and the training flag (9 native module guards)
-Prints a table and writes JSON next to this file's results folder when --json is given.
+Prints a table; --json PATH writes the numbers with the machine's facts.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -26,7 +27,9 @@ import torch
 from torch import nn
 
 
-def per_call_ns(rows: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, tuple[float, float, float]]:
+def per_call_ns(
+    rows: dict[str, Callable[[], object]], calls: int, rounds: int
+) -> dict[str, tuple[float, float, float]]:
     """Median, min and max ns per call of each row; rows take turns within a round, so a load change on the
     (shared) machine hits all of them alike."""
     for fn in rows.values():
@@ -50,13 +53,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import trident
-    from trident.runtime import build
-
     def add_one(x):  # type: ignore[no-untyped-def]
         return x  # no operator: the call path alone
 
     lazy = trident.jit(add_one)  # made before the runtime is loaded: a LazyEntry
-    assert build._module is None or type(lazy).__name__ != "LazyEntry"
 
     class Tiny(nn.Module):
         def forward(self, x):  # type: ignore[no-untyped-def]
@@ -101,9 +101,14 @@ def main() -> None:
     for name, (median, low, high) in results.items():
         print(f"{name:16} {median:10.0f} {low:8.0f} {high:8.0f} {median - base:+15.0f} {low - base_min:+12.0f}")
     if args.json:
-        meta = {"python": sys.version.split()[0], "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
+        meta = {
+            "python": sys.version.split()[0], "torch": torch.__version__, "trident": trident.__version__,
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "load_average": os.getloadavg()[0], "calls": args.calls, "rounds": args.rounds,
+        }  # fmt: skip
+        per_call = {name: dict(zip(("median", "min", "max"), values)) for name, values in results.items()}
         with open(args.json, "w") as out:
-            json.dump({"meta": meta, "ns_per_call": {k: dict(zip(("median", "min", "max"), v)) for k, v in results.items()}}, out, indent=1)
+            json.dump({"meta": meta, "ns_per_call": per_call}, out, indent=1)
 
 
 if __name__ == "__main__":
