@@ -13,8 +13,10 @@ F = TypeVar("F", bound=Callable[..., object])
 def jit(fn: F) -> F:
     """Compile `fn` (a function, a bound method, or an nn.Module) into one native Specialization Cache Module.
 
-    The result is called like `fn`; for a module it is still that module (module.py). The first call with new inputs captures and compiles a specialization;
-    later calls that match one run entirely in native code. With TRIDENT_DISABLE=1, `fn` is returned as is.
+    The result is called like `fn`; for a module it is still that module (module.py). The first call with new
+    inputs captures and compiles a specialization; later calls that match one run entirely in native code. The
+    native runtime is built (once per torch version) at the first call, not here. With TRIDENT_DISABLE=1, `fn`
+    is returned as is.
     """
     if knobs.disable:
         return fn
@@ -31,9 +33,15 @@ def jit(fn: F) -> F:
         from .module import jit_module
 
         return jit_module(fn)  # type: ignore[return-value]
+    from .runtime import build
+
+    if build._module is None:  # no runtime in this process yet: build nothing, import no compiler (lazy_entry.py)
+        from .lazy_entry import LazyEntry
+
+        return LazyEntry.wrapping(fn)  # type: ignore[return-value]
     from .driver import JitFunction
 
-    return JitFunction(fn).callable()  # type: ignore[no-any-return]
+    return JitFunction(fn).entry  # type: ignore[no-any-return]
 
 
 def explain(f: Callable[..., object]) -> str:

@@ -51,33 +51,6 @@ def runtime_loaded() -> bool:
     return build._module is not None
 
 
-class LazyEntry:
-    """What trident.jit returns before the runtime is built: its first call builds the runtime and makes the
-    native entry, which then becomes this object's class's __call__ (a staticmethod, so the entry gets the
-    call's own arguments): later calls reach the entry through the class slot, with no Python frame. Each
-    LazyEntry has a class of its own for that reason."""
-
-    _trident: JitFunction
-
-    @staticmethod
-    def wrapping(jit: JitFunction) -> LazyEntry:
-        cls = type("LazyEntry", (LazyEntry,), {"__call__": LazyEntry._first_call, "_trident": jit})
-        lazy = cls()
-        functools.update_wrapper(lazy, jit.fn)  # type: ignore[arg-type]
-        jit._on_entry.append(lambda entry: setattr(cls, "__call__", staticmethod(entry)))
-        return lazy
-
-    def _first_call(self, *args: object, **kwargs: object) -> object:
-        return self._trident.make_entry()(*args, **kwargs)
-
-    def __get__(self, obj: object, objtype: type | None = None) -> object:
-        # Jitted in a class body: bind like a function (instance.f(x) calls f(instance, x)), as the entry does.
-        return self if obj is None else functools.partial(self, obj)
-
-    def __repr__(self) -> str:
-        return f"<trident.jit {self._trident.name!r}: native entry made at the first call>"
-
-
 def compile_count() -> int:
     return _compile_count
 
@@ -124,9 +97,9 @@ class JitFunction:
         self.signature, self.param_names, self.n_positional, self._defaults = _signature_facts(fn)
         # The native entry needs the runtime, whose first build takes ~40 s: decorating (importing a module of
         # jitted functions) must not pay that, so the entry is made here only when this process has loaded the
-        # runtime already, else at the first call (make_entry, through LazyEntry).
+        # runtime already, else at the first call (make_entry; lazy_entry.py, module.py).
         self._entry: object | None = None
-        self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (LazyEntry)
+        self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (to take a call slot)
         if runtime_loaded():
             self.make_entry()
         self.specializations: list[Specialization] = []
@@ -161,9 +134,6 @@ class JitFunction:
                     tell(entry)
         return self._entry
 
-    def callable(self) -> Any:
-        """What trident.jit returns: the native entry, or a LazyEntry that makes it at the first call."""
-        return self._entry if self._entry is not None else LazyEntry.wrapping(self)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     def on_miss(self, *args: object, **kwargs: object) -> object:

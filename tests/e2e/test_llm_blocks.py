@@ -428,8 +428,6 @@ def test_module_parameter_in_place_update_after_compile() -> None:
 
 
 # Guards: reassigning a parameter to a new tensor after compile is seen (eager reads the attribute each call).
-@pytest.mark.xfail(strict=True, reason="known limitation, stated in the README: tensors read from module "
-                   "attributes are fixed at capture by reference; rebinding the attribute is not guarded")
 def test_module_parameter_reassigned_after_compile() -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4)).eval()
     fwd = trident.jit(model.forward)

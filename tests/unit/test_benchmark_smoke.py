@@ -43,3 +43,15 @@ def test_libraries_runs(tmp_path: Path) -> None:
     rows = json.loads((tmp_path / "libraries.cpu.json").read_text())["results"]
     assert [r["library"] for r in rows] == ["liger", "fla"]
     assert all(r["status"] == "ok" or r["status"].startswith("not installed") for r in rows), rows
+
+
+def test_module_overhead_cpu_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "module_overhead_cpu.py"), "--calls", "20", "--rounds", "1",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert set(data["ns_per_call"]) == {"entry", "lazy entry", "python fwd", "module", "module, entry", "module+8 attrs"}

@@ -1,4 +1,4 @@
-"""Decorating builds nothing; the first call builds the native runtime (issue 15, point 1).
+"""Decorating builds nothing (nor imports the compiler); the first call builds the native runtime (issue 15).
 
 Run in a fresh process with an empty TRIDENT_CACHE_DIR, where `build._build` is replaced by a copy of this
 process's runtime library that records each call: a real build would take ~40 s and prove nothing more."""
@@ -26,6 +26,8 @@ CHILD = textwrap.dedent(
     @trident.jit
     def f(x, y):
         return x * 2 + y
+
+    assert "trident.driver" not in sys.modules, "decorating a function imported the compiler"
 
     class M(torch.nn.Module):
         def forward(self, x):

@@ -490,7 +490,8 @@ def _constant_recipes(spec: Specialization, walk: StateWalk) -> tuple[list[Const
             elif i in trace.created_constants:
                 if obj.numel() > CREATED_CONSTANT_LIMIT:
                     return [], (
-                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates from Python data, is "
+                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates "
+                        "from Python data, is "
                         f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
                     )
                 buffer = io.BytesIO()
@@ -498,7 +499,8 @@ def _constant_recipes(spec: Specialization, walk: StateWalk) -> tuple[list[Const
                 recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
             else:
                 return [], (
-                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} tensor the function "
+                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} "
+                    "tensor the function "
                     "reads) was not found from the function's roots (self, closure cells, globals its code names, "
                     "arguments passed by identity, and globals of the user code that ran), so another process "
                     "could not find it again"

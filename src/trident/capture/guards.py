@@ -17,7 +17,7 @@ import sympy
 import torch
 
 from .constant_views import byte_distance
-from .inputs import ALIGNMENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact
+from .inputs import ALIGNMENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
 
 
@@ -185,8 +185,6 @@ class AttributeGuard:
             return f"{self.label}: removed since capture"
         if self.kind is LeafKind.OBJECT:
             return None if now is self.value else f"{self.label}: rebound to another {type(now).__name__} since capture"
-        from .inputs import classify
-
         if classify(now) is not self.kind or not _same_scalar(now, self.value):
             return f"{self.label}: value mismatch: expected {self.value!r}, got {now!r}"
         return None

@@ -74,7 +74,8 @@ class ModuleReads:
             name = f"{read.store}[{read.name!r}]" if read.store else read.name
             label = f"{where}.{name}" if where else name
             kind = classify(read.value)
-            if kind is LeafKind.TENSOR or (kind is LeafKind.INT and not -(2**63) <= read.value < 2**63):  # type: ignore[operator]
+            beyond_int64 = kind is LeafKind.INT and not -(2**63) <= read.value < 2**63  # type: ignore[operator]
+            if kind is LeafKind.TENSOR or beyond_int64:  # compared by identity, as compiled code cannot hold them
                 kind = LeafKind.OBJECT
             out.append(AttributeGuard(label, read.owner, read.name, read.in_dict, kind, read.value))
         return out
