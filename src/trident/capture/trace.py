@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
+import logging
 import operator
 import os
 import threading
@@ -43,6 +44,7 @@ from torch.overrides import TorchFunctionMode
 from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
+from .symbolic_math import symbolic_math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,32 @@ def _unsupported(construct: str, error: BaseException) -> exc.UnsupportedConstru
         "  Trident compiles the function once per specialization; move this out of the jitted function "
         "or make it independent of tensor values."
     )
+
+
+def capture_failure(name: str, error: BaseException) -> str:
+    """Why a call runs eagerly after its capture raised `error`: the exception and the user's line it came
+    from (the operator call in their function, not torch's meta function)."""
+    where = user_location(traceback.extract_tb(error.__traceback__))
+    lines = str(error).strip().splitlines()
+    message = lines[0][:300] if lines else ""
+    return (
+        f"capturing '{name}' raised {type(error).__name__} at {where}: {message}; "
+        "calls with these inputs run eagerly"
+    )
+
+
+@contextlib.contextmanager
+def _quiet_meta_functions() -> Iterator[None]:
+    """Silence fake_tensor's log while capturing: when a meta function rejects its inputs it logs the whole
+    traceback at ERROR (about 25 lines) before raising, and that exception is handled here (the call runs
+    eagerly and eager's own error, if any, is what the user sees)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 _DATA_DEPENDENT = (
@@ -370,8 +398,8 @@ def trace_function(
     mode = _TracingMode(fake_mode)
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
-    with _translate_capture_errors(), torch.inference_mode(False), torch.no_grad(), _tracing(), \
-            intercept_triton_launches(), fake_mode, mode:
+    with _translate_capture_errors(), _quiet_meta_functions(), torch.inference_mode(False), torch.no_grad(), \
+            _tracing(), intercept_triton_launches(), symbolic_math(), fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     _split_size_lists(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)

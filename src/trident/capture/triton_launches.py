@@ -306,14 +306,20 @@ def run_recorded_launch_on_cpu(
 
     Takes the HOP node's keyword arguments with concrete values: tensors for tensor nodes, ints for SymInts.
     `grid` is the node's list of grids (one per autotune config), or a single tuple / `lambda META: ...`."""
-    from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
-
     if tma_descriptor_metadata:
         raise NotImplementedError("TMA descriptor arguments are not supported by the CPU runner")
     args = {**kwargs, **kernel_side_table.get_constant_args(constant_args_idx)}
-    kernel = _resolve_kernel(kernel_side_table.get_kernel(kernel_idx), args)
-    launch_grid = grid[0] if isinstance(grid, list) else grid
+    run_kernel_on_cpu(kernel_side_table.get_kernel(kernel_idx), args, grid[0] if isinstance(grid, list) else grid)
+
+
+def run_kernel_on_cpu(kernel: Any, args: dict[str, Any], grid: Grid) -> None:
+    """Launch `kernel` (a JITFunction, possibly inside Autotuner / Heuristics wrappers) with arguments by name
+    on CPU tensors through Triton's interpreter, patched for the 3.6 interpreter's gaps."""
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    kernel = _resolve_kernel(kernel, args)
+    launch_grid = grid
     if callable(launch_grid):
         launch_grid = launch_grid(dict(args))  # META: every kernel argument, constexprs and config kwargs
     launch_grid = tuple(int(g) for g in launch_grid)  # type: ignore[union-attr]
@@ -328,6 +334,74 @@ def run_recorded_launch_on_cpu(
         finally:
             interpreter._patch_lang_tensor = original_patch
             JITFunction.__call__ = original_call  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Eager calls: Triton launches on CPU tensors through the interpreter, as compiled code runs them
+
+
+def _make_interpreting_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Only the thread running an eager call, and only its outermost launch object (an Autotuner's inner
+        # JITFunction launch would otherwise be reached again through the interpreter's own call).
+        if _cpu_launches.owner != threading.get_ident() or _flags.rerouting or kwargs.get("warmup", False):
+            return original(self, *args, **kwargs)
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
+        if not tensors or any(t.device.type != "cpu" for t in tensors):
+            return original(self, *args, **kwargs)  # CUDA (or no tensors): Triton's own launcher, as eager
+        grid = named.pop("grid")
+        named.pop("warmup", None)
+        _flags.rerouting = True
+        try:
+            run_kernel_on_cpu(self, named, grid)
+        finally:
+            _flags.rerouting = False
+        return None
+
+    run.__wrapped__ = original  # type: ignore[attr-defined]
+    return run
+
+
+class _CpuLaunches:
+    """Which thread's eager launches on CPU tensors are interpreted, and how deeply (written under _lock)."""
+
+    owner: int | None = None
+    depth: int = 0
+    classes: list[type] = []
+
+
+_cpu_launches = _CpuLaunches()
+
+
+@contextlib.contextmanager
+def interpret_cpu_launches() -> Iterator[None]:
+    """While active, this thread's `kernel[grid](...)` launches whose tensors are all on the CPU run through
+    Triton's interpreter with the same gap patches as compiled code's CPU launches (`run_kernel_on_cpu`),
+    where eager Triton on a GPU-less machine raises "0 active drivers". Launches on CUDA tensors, and those of
+    other threads, go through Triton's own launcher unchanged. A user who set TRITON_INTERPRET=1 has
+    interpreted kernels already (InterpretedFunction, not JITFunction): nothing is patched then."""
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        yield
+        return
+    with _lock:  # held for the whole call, as a capture holds it: a second thread's eager call waits
+        if _cpu_launches.depth == 0:
+            saved = [(cls, cls.__dict__["run"]) for cls in _cpu_launches.classes or _launch_classes()]
+            _cpu_launches.classes = [cls for cls, _ in saved]  # this runs on every eager call: import once
+            for cls, original in saved:
+                cls.run = _make_interpreting_run(original)
+            _cpu_launches.owner = threading.get_ident()
+        _cpu_launches.depth += 1
+        try:
+            yield
+        finally:
+            _cpu_launches.depth -= 1
+            if _cpu_launches.depth == 0:
+                _cpu_launches.owner = None
+                for cls, original in saved:
+                    cls.run = original
 
 
 # ---------------------------------------------------------------------------------------------------------
