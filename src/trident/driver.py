@@ -279,9 +279,11 @@ class JitFunction:
             # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
             # file the message names) or an argument it cannot pass natively never reaches a user whose program
             # eager runs. Remembered for this guard set; other inputs still get their own attempt.
-            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
-            where = "".join(f"; {line.strip()}" for line in str(e).splitlines()[1:2])
-            self._remember_eager(facts, f"compiling '{self.name}' failed ({first_line}{where}); calls with these inputs run eagerly")
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
+            self._remember_eager(
+                facts, f"compiling '{self.name}' failed ({details or type(e).__name__}); calls with these inputs run eagerly"
+            )
             return None, None
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)
