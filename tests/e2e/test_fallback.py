@@ -97,6 +97,21 @@ def test_numpy_argument_falls_back_once_and_sticks(captures: list[int]) -> None:
     assert len(captures) == 3
 
 
+def test_a_new_array_every_call_captures_twice_then_runs_eagerly(captures: list[int]) -> None:
+    """Arrays are guarded by identity; once a second array fails the same way, the remembered decision covers
+    any array at that argument (as a size that changes becomes symbolic)."""
+    f = trident.jit(add_array)
+    x = torch.randn(4)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        for i in range(10):
+            a = np.full(4, i, dtype=np.float32)
+            torch.testing.assert_close(f(x, a), add_array(x, a), rtol=0, atol=0)
+    assert len(captures) == 2 and f._trident.eager_calls == 10  # type: ignore[attr-defined]
+    assert len(trident_warnings(records)) == 1
+    assert "runs eagerly (9 call(s)) for 'a' any ndarray: capturing 'add_array' raised" in trident.explain(f)
+
+
 def test_lowering_error_runs_eagerly_and_is_remembered(monkeypatch: pytest.MonkeyPatch, captures: list[int]) -> None:
     """A LoweringError (here injected into the LLVM stage) never reaches the user: the call runs eagerly with a
     warning naming the stage and the IR file, and the same inputs do not compile again."""

@@ -73,7 +73,10 @@ def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence
     except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here
         return None
     for g in ranges:
-        value = int(g.value.xreplace(env))  # type: ignore[arg-type]
+        try:
+            value = int(g.value.xreplace(env))  # type: ignore[arg-type]
+        except (TypeError, ValueError, ZeroDivisionError):  # undefined here (a division by zero): not an overflow
+            continue
         if not INT64_MIN <= value <= INT64_MAX:
             return f"{g.value} = {value}"
     return None
