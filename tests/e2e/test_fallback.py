@@ -183,6 +183,20 @@ def test_symbolic_builtin_compiles_natively(name: str) -> None:
     assert "alpha: any int" in trident.explain(f)
 
 
+def test_symbolic_floats_and_bools_are_returned_as_python_scalars() -> None:
+    def fn(x, alpha):  # type: ignore[no-untyped-def]
+        return x * 2, alpha / 3, alpha > 5, math.sqrt(alpha)
+
+    f = trident.jit(fn)
+    x = torch.randn(4)
+    with torch.no_grad(), count_compiles() as compiles:
+        for alpha in ALPHAS:
+            actual, expected = f(x, alpha), fn(x, alpha)
+            assert torch.equal(actual[0], expected[0])
+            assert actual[1:] == expected[1:] and [type(v) for v in actual[1:]] == [float, bool, float]
+    assert compiles() == 2 and native_hits(f) == len(ALPHAS)
+
+
 def test_float_of_a_symbolic_int_specializes_on_its_value() -> None:
     """float(n) reads n's value (Python requires __float__ to return a real float): compiled per value, natively,
     never eagerly. `n * 1.0` (above) stays symbolic."""
