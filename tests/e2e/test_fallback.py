@@ -377,3 +377,63 @@ def test_triton_requires_grad_fallback_runs_its_kernels_eagerly_on_cpu() -> None
         warnings.simplefilter("ignore")
         assert torch.equal(f(x, y), x.detach() + y)
     assert f._trident.eager_calls == 1  # type: ignore[attr-defined]
+
+
+USER_INTERPRET_PROGRAM = """
+import json, warnings
+import numpy as np, torch, triton, triton.language as tl
+import trident
+from trident.capture import triton_launches
+from trident.knobs import override
+
+def not_ours(*args, **kwargs):
+    raise AssertionError("Trident patched Triton's launchers although TRITON_INTERPRET=1 interprets already")
+
+triton_launches._make_interpreting_run = not_ours  # eager paths must leave launches to Triton's interpreter
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+def triton_add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+    return out
+
+def triton_add_array(x, a):
+    return triton_add(x + a, x)
+
+warnings.simplefilter("ignore")
+results = {"kernel": type(add_kernel).__name__}
+f, g = trident.jit(triton_add), trident.jit(triton_add_array)
+with torch.no_grad(), override(max_specializations=1):
+    ok = True
+    for shape in [(40,), (3, 40), (2, 3, 40)]:
+        x, y = torch.randn(shape), torch.randn(shape)
+        ok = ok and torch.equal(f(x, y), x + y)
+    x, a = torch.randn(40), np.linspace(0, 1, 40, dtype=np.float32)
+    for _ in range(2):
+        ok = ok and torch.equal(g(x, a), (x + torch.from_numpy(a)) + x)
+results.update(ok=bool(ok), eager_calls=f._trident.eager_calls + g._trident.eager_calls)
+print(json.dumps(results))
+"""
+
+
+def test_a_users_triton_interpret_is_left_to_triton(tmp_path: object) -> None:
+    """With TRITON_INTERPRET=1 set by the user, kernels are Triton's InterpretedFunction: eager paths run them
+    as Triton does, without Trident's interpreter path on top."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", USER_INTERPRET_PROGRAM], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["kernel"] == "InterpretedFunction" and result["ok"], result
+    assert result["eager_calls"] >= 3, result  # past the cap (two calls) and past a failed capture

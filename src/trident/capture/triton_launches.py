@@ -342,9 +342,9 @@ def run_kernel_on_cpu(kernel: Any, args: dict[str, Any], grid: Grid) -> None:
 
 def _make_interpreting_run(original: Callable[..., Any]) -> Callable[..., Any]:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Only the thread running an eager call, and only its outermost launch object (an Autotuner's inner
-        # JITFunction launch would otherwise be reached again through the interpreter's own call).
-        if _cpu_launches.owner != threading.get_ident() or _flags.rerouting or kwargs.get("warmup", False):
+        # Only threads running an eager call, and only their outermost launch object (an Autotuner's inner
+        # JITFunction is reached by run_kernel_on_cpu itself).
+        if threading.get_ident() not in _cpu_launches.threads or _flags.rerouting or kwargs.get("warmup", False):
             return original(self, *args, **kwargs)
         named = {**dict(zip(self.arg_names, args)), **kwargs}
         tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
@@ -364,10 +364,10 @@ def _make_interpreting_run(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _CpuLaunches:
-    """Which thread's eager launches on CPU tensors are interpreted, and how deeply (written under _lock)."""
+    """Threads whose eager launches on CPU tensors are interpreted, and what their patch replaced (under _lock)."""
 
-    owner: int | None = None
-    depth: int = 0
+    threads: dict[int, int] = {}  # thread id -> nesting depth
+    saved: list[tuple[type, Any]] = []
     classes: list[type] = []
 
 
@@ -380,27 +380,33 @@ def interpret_cpu_launches() -> Iterator[None]:
     Triton's interpreter with the same gap patches as compiled code's CPU launches (`run_kernel_on_cpu`),
     where eager Triton on a GPU-less machine raises "0 active drivers". Launches on CUDA tensors, and those of
     other threads, go through Triton's own launcher unchanged. A user who set TRITON_INTERPRET=1 has
-    interpreted kernels already (InterpretedFunction, not JITFunction): nothing is patched then."""
+    interpreted kernels already (InterpretedFunction, not JITFunction): nothing is patched then.
+
+    The classes' `run` is patched while any thread is inside (the lock is held only to patch and restore, so
+    eager calls of several threads run concurrently)."""
     import triton
 
     if triton.knobs.runtime.interpret:
         yield
         return
-    with _lock:  # held for the whole call, as a capture holds it: a second thread's eager call waits
-        if _cpu_launches.depth == 0:
-            saved = [(cls, cls.__dict__["run"]) for cls in _cpu_launches.classes or _launch_classes()]
-            _cpu_launches.classes = [cls for cls, _ in saved]  # this runs on every eager call: import once
-            for cls, original in saved:
+    me = threading.get_ident()
+    with _lock:
+        if not _cpu_launches.threads:
+            # This runs on every eager call: the classes are imported once.
+            _cpu_launches.classes = _cpu_launches.classes or _launch_classes()
+            _cpu_launches.saved = [(cls, cls.__dict__["run"]) for cls in _cpu_launches.classes]
+            for cls, original in _cpu_launches.saved:
                 cls.run = _make_interpreting_run(original)
-            _cpu_launches.owner = threading.get_ident()
-        _cpu_launches.depth += 1
-        try:
-            yield
-        finally:
-            _cpu_launches.depth -= 1
-            if _cpu_launches.depth == 0:
-                _cpu_launches.owner = None
-                for cls, original in saved:
+        _cpu_launches.threads[me] = _cpu_launches.threads.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _lock:
+            depth = _cpu_launches.threads.pop(me) - 1
+            if depth:
+                _cpu_launches.threads[me] = depth
+            elif not _cpu_launches.threads:
+                for cls, original in _cpu_launches.saved:
                     cls.run = original
 
 
