@@ -369,6 +369,7 @@ class _CpuLaunches:
     threads: dict[int, int] = {}  # thread id -> nesting depth
     saved: list[tuple[type, Any]] = []
     classes: list[type] = []
+    wrappers: dict[Any, Any] = {}  # original run -> its interpreting wrapper (made once: this is per eager call)
 
 
 _cpu_launches = _CpuLaunches()
@@ -396,7 +397,10 @@ def interpret_cpu_launches() -> Iterator[None]:
             _cpu_launches.classes = _cpu_launches.classes or _launch_classes()
             _cpu_launches.saved = [(cls, cls.__dict__["run"]) for cls in _cpu_launches.classes]
             for cls, original in _cpu_launches.saved:
-                cls.run = _make_interpreting_run(original)
+                wrapper = _cpu_launches.wrappers.get(original)
+                if wrapper is None:
+                    wrapper = _cpu_launches.wrappers[original] = _make_interpreting_run(original)
+                cls.run = wrapper
         _cpu_launches.threads[me] = _cpu_launches.threads.get(me, 0) + 1
     try:
         yield
