@@ -138,6 +138,27 @@ def test_lowering_error_runs_eagerly_and_is_remembered(monkeypatch: pytest.Monke
     assert "at stage 'llvm'" in trident.explain(f)
 
 
+SPARSE = torch.eye(3).to_sparse()
+
+
+def sparse_product(x):  # type: ignore[no-untyped-def]
+    return torch.sparse.mm(SPARSE, x) * 2  # a closed-over sparse tensor cannot be passed to compiled code
+
+
+def test_an_argument_trident_cannot_pass_runs_eagerly(captures: list[int]) -> None:
+    f = trident.jit(sparse_product)
+    x = torch.randn(3, 2)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert torch.equal(f(x), sparse_product(x))
+    assert trident_warnings(records) == [
+        "trident: compiling 'sparse_product' failed (the function closes over a Tensor that is not a plain strided "
+        "tensor); calls with these inputs run eagerly"
+    ]
+    assert len(captures) == 1 and f._trident.eager_calls == 3  # type: ignore[attr-defined]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Python's scalar builtins on symbolic ints compile natively
 
