@@ -281,6 +281,21 @@ def test_int64_overflow_runs_eagerly_with_nothing_mutated_twice() -> None:
     assert "fits in int64" in trident.explain(f)
 
 
+def test_int_power_beyond_int64_runs_eagerly() -> None:
+    def fn(x, n):  # type: ignore[no-untyped-def]
+        x.add_(1)
+        return 3**n
+
+    f = trident.jit(fn)
+    x, reference = torch.zeros(2), torch.zeros(2)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (2, 3, 70, 4):
+            assert f(x, n) == fn(reference, n)
+            assert torch.equal(x, reference)
+    assert f._trident.eager_calls == 1 and native_hits(f) == 3  # type: ignore[attr-defined]
+
+
 def test_int64_overflow_where_eager_raises_mutates_once() -> None:
     f = trident.jit(scaled_fill)
     x, reference = torch.zeros(4), torch.zeros(4)

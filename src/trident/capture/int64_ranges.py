@@ -74,10 +74,42 @@ def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence
         return None
     for g in ranges:
         try:
-            value = int(g.value.xreplace(env))  # type: ignore[arg-type]
-        except (TypeError, ValueError, ZeroDivisionError):  # undefined here (a division by zero): not an overflow
+            value = python_int_value(g.value, env)
+        except ZeroDivisionError:  # the program raises that itself, as Python does: not an overflow
             continue
         if not INT64_MIN <= value <= INT64_MAX:
             return f"{g.value} = {value}"
     return None
+
+
+def python_int_value(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> int:
+    """`expr` (an expression lowers_as_int accepts) evaluated with Python's ints, exactly as the program's
+    Python code would compute it (sympy's own evaluation turns large powers into infinities)."""
+    from torch.utils._sympy import functions as f
+
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    args = [python_int_value(a, env) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return sum(args)
+    if isinstance(expr, sympy.Mul):
+        product = 1
+        for a in args:
+            product *= a
+        return product
+    if isinstance(expr, (sympy.Pow, f.PowByNatural)):
+        return args[0] ** args[1]
+    if isinstance(expr, f.FloorDiv | f.CleanDiv):
+        return args[0] // args[1]
+    if isinstance(expr, sympy.Mod | f.PythonMod | f.Mod):
+        return args[0] % args[1]
+    if isinstance(expr, sympy.Max | f.Max):
+        return max(args)
+    if isinstance(expr, sympy.Min | f.Min):
+        return min(args)
+    binary = {f.BitwiseFn_bitwise_and: int.__and__, f.BitwiseFn_bitwise_or: int.__or__,
+              f.BitwiseFn_bitwise_xor: int.__xor__, f.LShift: int.__lshift__, f.RShift: int.__rshift__}  # fmt: skip
+    return binary[type(expr)](args[0], args[1])
 

@@ -183,7 +183,7 @@ def lowers_as_int(expr: sympy.Basic) -> bool:
         return True
     if isinstance(expr, sympy.Pow):
         return isinstance(expr.exp, sympy.Integer) and 0 < int(expr.exp) <= 8 and lowers_as_int(expr.base)
-    if isinstance(expr, _INT_NODES):
+    if isinstance(expr, (*_INT_NODES, torch_sympy.PowByNatural)):
         return all(lowers_as_int(a) for a in expr.args)
     return False
 
