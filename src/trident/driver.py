@@ -283,9 +283,8 @@ class JitFunction:
             # eager runs. Remembered for this guard set; other inputs still get their own attempt.
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
-            self._remember_eager(
-                facts, f"compiling '{self.name}' failed ({details or type(e).__name__}); calls with these inputs run eagerly"
-            )
+            what = details or type(e).__name__
+            self._remember_eager(facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly")
             return None, None
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)

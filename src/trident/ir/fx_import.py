@@ -3,6 +3,10 @@
 Trident reads the imported function with eager (reference) semantics: it is the list of ATen calls eager
 made, in order; in-place ops and views keep their aliasing (lowering calls the same ATen ops). The
 `!torch.vtensor` value types are labels for which tensor flows where, not a promise of value semantics.
+
+Python's scalar builtins on symbolic values that torch-mlir does not map (pow, true division, float
+arithmetic, math.floor, torch.sym_float, ...) import as `torch.operator "trident.scalar.<fn>"` with the result's
+Python type (!torch.int / !torch.float / !torch.bool); lowering/symbolic_ints.py gives them Python's semantics.
 """
 from __future__ import annotations
 
@@ -107,7 +111,8 @@ def _scalar_kind(value: object) -> str:
 def _scalar_function_name(node: torch.fx.Node) -> str | None:
     """The name of the builtin / torch.sym_* function a node applies to symbolic scalars, if Trident imports
     it itself (not the all-int arithmetic torch-mlir maps to aten.<op>.int)."""
-    if node.op != "call_function" or not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    if node.op != "call_function" or not isinstance(node.meta.get("val"), symbolic):
         return None
     target = node.target
     name = getattr(target, "__name__", "")

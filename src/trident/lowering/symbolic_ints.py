@@ -4,7 +4,13 @@ Semantics follow Python ints: FloorDiv rounds toward -inf, Mod takes the divisor
 wrap and `//` or `%` by zero raises, while i64 arithmetic wraps silently and a division by zero traps
 (SIGFPE kills the process). So every operation that can go wrong reports its condition to the caller's
 `fail_unless(ok, kind, message)`: guards turn a failure into a miss, the host program into Python's
-exception (ZeroDivisionError) or OverflowError, never into a wrong value or a crash."""
+exception (ZeroDivisionError) or OverflowError, never into a wrong value or a crash.
+
+Floats computed from symbolic ints (n / 3, math.sqrt(n), torch.sym_float(n)) are f64 with Python's results:
+true division, Python's float // and %, pow, and the math functions LLVM has intrinsics for (libm's results,
+as CPython's), with Python's exceptions where it raises (division by zero, math domain error, a power that
+overflows). `lower_scalar_op` lowers one Python builtin applied in the host program (trident.scalar.<fn>);
+`SymbolicIntLowering` lowers whole ShapeEnv expressions (guards)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -223,7 +229,8 @@ def lower_scalar_op(fb: FunctionBuilder, fn: str, operands: list[Scalar], fail_u
             flag = fb.cmp(_COMPARE[fn][0], a[1], b[1])
         return "bool", _widen(fb, flag)
     if fn in ("and_", "or_", "xor") and set(kinds) <= {"bool", "int"}:
-        return ("bool" if kinds == ["bool", "bool"] else "int"), fb.binary(fn.rstrip("_") + "i", operands[0][1], operands[1][1])
+        kind = "bool" if kinds == ["bool", "bool"] else "int"  # bitwise on ints, logical on bools (0/1)
+        return kind, fb.binary(fn.rstrip("_") + "i", operands[0][1], operands[1][1])
     if fn == "sym_not":
         return "bool", fb.binary("xori", operands[0][1], fb.const(1))
     if fn in ("sym_float", "float"):
@@ -314,7 +321,8 @@ def _int_pow(fb: FunctionBuilder, base: str, exponent: str, fail_unless: FailUnl
     fb.store(rest, I64, remaining)
     squared, squared_overflow = fb.with_overflow("smul", sq, sq)
     # The square is needed only while exponent bits remain.
-    fail_unless(fb.not_(fb.binary("andi", fb.cmp("sgt", rest, fb.const(0)), squared_overflow, I1)), abi.EXC_OVERFLOW, _TOO_WIDE)
+    still_needed = fb.cmp("sgt", rest, fb.const(0))
+    fail_unless(fb.not_(fb.binary("andi", still_needed, squared_overflow, I1)), abi.EXC_OVERFLOW, _TOO_WIDE)
     fb.store(squared, I64, square)
     fb.emit(f"cf.br {head}")
     fb.emit_label(done)
@@ -331,13 +339,15 @@ def _float_floordiv_mod(fb: FunctionBuilder, fn: str, a: str, b: str, fail_unles
     fail_unless(_fcmp(fb, "une", b, zero), abi.EXC_ZERO_DIVISION, what)
     mod = fb.binary("remf", a, b, F64)
     div = fb.binary("divf", fb.binary("subf", a, mod, F64), b, F64)
-    adjust = fb.binary("andi", _fcmp(fb, "une", mod, zero), fb.cmp("ne", _fcmp(fb, "olt", b, zero), _fcmp(fb, "olt", mod, zero), I1), I1)
+    signs_differ = fb.cmp("ne", _fcmp(fb, "olt", b, zero), _fcmp(fb, "olt", mod, zero), I1)
+    adjust = fb.binary("andi", _fcmp(fb, "une", mod, zero), signs_differ, I1)
     mod = _select(fb, adjust, fb.binary("addf", mod, b, F64), mod, F64)
     div = _select(fb, adjust, fb.binary("subf", div, one, F64), div, F64)
     if fn == "mod":
         return _select(fb, _fcmp(fb, "oeq", mod, zero), _copysign(fb, zero, b), mod, F64)
     floor = _intrinsic(fb, "floor", div)
-    floor = _select(fb, _fcmp(fb, "ogt", fb.binary("subf", div, floor, F64), fb.const(0.5, F64)), fb.binary("addf", floor, one, F64), floor, F64)
+    round_up = _fcmp(fb, "ogt", fb.binary("subf", div, floor, F64), fb.const(0.5, F64))
+    floor = _select(fb, round_up, fb.binary("addf", floor, one, F64), floor, F64)
     return _select(fb, _fcmp(fb, "oeq", div, zero), _copysign(fb, zero, fb.binary("divf", a, b, F64)), floor, F64)
 
 
