@@ -30,11 +30,14 @@ from .cache import warm_start
 from .capture import module_state
 from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
-from .capture.trace import Dynamism, Trace, is_tracing, trace_function
+from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
+from .eager import call_eagerly
+from .fallback import EagerFallbacks
 from .knobs import knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
 from .lowering.pooled_allocations import describe_pool
+from .capture.int64_ranges import int64_overflow, int64_range_guards
 from .runtime.triton_native import describe_launch_site
 
 log = logging.getLogger("trident")
@@ -136,8 +139,18 @@ class JitFunction:
 
 
     # -- the miss path ----------------------------------------------------------------------------------------
+    @functools.cached_property
+    def fallbacks(self) -> EagerFallbacks:
+        """Guard sets whose capture or compile failed: they run eagerly without another attempt (fallback.py)."""
+        return EagerFallbacks()
+
     def on_miss(self, *args: object, **kwargs: object) -> object:
-        bound = self.signature.bind(*args, **kwargs)  # eager's TypeError for a bad call
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            # A wrong call: calling the function raises exactly eager's TypeError (Python binds the arguments
+            # before the body runs), worded as eager words it.
+            return call_eagerly(self.fn, args, kwargs)
         bound.apply_defaults()
         values = [bound.arguments[n] for n in self.param_names]
         if knobs.disable or is_tracing():
@@ -146,21 +159,27 @@ class JitFunction:
         from .capture.inputs import describe_call
 
         facts = describe_call(self.param_names, values)
+        remembered = self.fallbacks.lookup(facts)  # no lock: a dict read; eager needs no compile
+        if remembered is not None:
+            self.misses += 1
+            remembered.calls += 1
+            return self._run_eagerly(remembered.reason, args, kwargs)
         with self._lock:
             # Another thread may have compiled what this call needs while we waited.
             hit, result = self.entry.try_call(*args, **kwargs)
             if hit:
                 return result
             self.misses += 1
-            eager = self._eager_reason(facts)
-            if eager is not None:
-                return self._run_eagerly(eager, args, kwargs)
-            self.last_miss_reason = self._miss_reason(values, facts)
-            if log_enabled("recompiles") and self.specializations:
-                log.warning("trident: recompiling '%s': %s", self.name, self.last_miss_reason)
-            spec, unpublished = self._compile(values, facts)
-            if spec is None:
-                return self._run_eagerly(self.eager_reason or "not compiled", args, kwargs)
+            eager = self._eager_reason(facts, values)
+            if eager is None:
+                self.last_miss_reason = self._miss_reason(values, facts)
+                if log_enabled("recompiles") and self.specializations:
+                    log.warning("trident: recompiling '%s': %s", self.name, self.last_miss_reason)
+                spec, unpublished = self._compile(values, facts)
+                if spec is None:
+                    eager = self.eager_reason or "not compiled"
+        if eager is not None:
+            return self._run_eagerly(eager, args, kwargs)
         try:
             hit, result = self.entry.try_call(*args, **kwargs)
         except BaseException:
@@ -169,18 +188,23 @@ class JitFunction:
                     unpublished.abandon(spec, "its first call raised")
             raise
         if not hit:
+            # A Trident bug (the guards reject the call they were compiled for), but nothing ran yet: eager is
+            # still correct. Remembered, so the same inputs do not compile again.
             reason = first_failure(spec.guards, values, spec.trace.constants)
-            raise exc.LoweringError(
-                f"internal error: the specialization compiled for this call of '{self.name}' does not accept "
-                f"it ({reason}); please report this. TRIDENT_DISABLE=1 runs the function eagerly meanwhile"
-            )
+            with self._lock:
+                eager = self._remember_eager(facts, (
+                    f"internal error: the specialization compiled for this call of '{self.name}' does not accept "
+                    f"it ({reason}); please report this. Calls with these inputs run eagerly"
+                ))
+            return self._run_eagerly(eager, args, kwargs)
         if unpublished is not None:  # now with the Triton variants that call compiled (warm_start.py)
             with self._lock:
                 unpublished.publish(spec)
         return result
 
-    def _eager_reason(self, facts: CallFacts) -> str | None:
-        if len(self.specializations) >= knobs.max_specializations:
+    def _eager_reason(self, facts: CallFacts, values: Sequence[object]) -> str | None:
+        """Why this call runs eagerly without a capture, or None (capture and compile it)."""
+        if len(self.specializations) + len(self.fallbacks) >= knobs.max_specializations:
             return (
                 f"'{self.name}' reached TRIDENT_MAX_SPECIALIZATIONS={knobs.max_specializations} "
                 "specializations; further new inputs run eagerly"
@@ -209,7 +233,22 @@ class JitFunction:
                         "inference only, so this call runs eagerly. Call it under torch.no_grad() or "
                         "torch.inference_mode()"
                     )
+        for spec in self.specializations:  # a miss of one only because an int it computes leaves int64
+            if not _same_structure(spec.facts, facts):
+                continue
+            overflow = int64_overflow(spec.guards, values, spec.trace.constants)
+            if overflow is not None:
+                return (
+                    f"'{self.name}' computes {overflow} for this call, which leaves int64 (compiled code computes "
+                    "ints as int64, Python's grow), so this call runs eagerly"
+                )
         return None
+
+    def _remember_eager(self, facts: CallFacts, reason: str) -> str:
+        """Record that calls with this call's guard set run eagerly (under self._lock); returns the reason."""
+        self.fallbacks.add(facts, reason).calls += 1
+        self.eager_reason = reason
+        return reason
 
     def _run_eagerly(self, reason: str, args: Sequence[object], kwargs: dict[str, object]) -> object:
         self.eager_calls += 1
@@ -217,7 +256,7 @@ class JitFunction:
         if reason not in self._warned:
             self._warned.add(reason)
             warnings.warn(f"trident: {reason}", stacklevel=3)
-        return self.fn(*args, **kwargs)
+        return call_eagerly(self.fn, args, kwargs)
 
     def _miss_reason(self, values: Sequence[object], facts: CallFacts) -> str:
         """Why the closest specialization (the newest of the same argument structure) rejected this call."""
@@ -248,13 +287,13 @@ class JitFunction:
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
                 trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
-        except exc.TridentError:
-            raise
+        except exc.UnsupportedConstruct:
+            raise  # the user's code must change (data-dependent control flow): its message says where and how
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
             # Capture runs torch's meta functions and decompositions on fake tensors, not eager's kernels: the
             # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
             # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.
-            self.eager_reason = f"capturing '{self.name}' raised {type(e).__name__}; the call ran eagerly"
+            self._remember_eager(facts, capture_failure(self.name, e))
             return None, None
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
             # Remembered, so later calls with grad on run eagerly without tracing again.
@@ -264,15 +303,26 @@ class JitFunction:
                 "torch.inference_mode()"
             )
             return None, None
-        roots = module_state.module_roots(self.fn, self.param_names, list(values))
-        guards = build_guards(facts, trace, module_state.tensor_names(roots))
-        guards.attributes = module_reads.guards(module_state.module_paths(roots))
         index = len(self.specializations)
-        compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
         try:
-            context = self._context_type(compiled.ops, compiled.constants)
-        except ValueError as e:  # an operator this libtorch does not register
-            raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
+            roots = module_state.module_roots(self.fn, self.param_names, list(values))
+            guards = build_guards(facts, trace, module_state.tensor_names(roots))
+            guards.attributes = module_reads.guards(module_state.module_paths(roots))
+            guards.relations += int64_range_guards(trace, guards)
+            compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
+            try:
+                context = self._context_type(compiled.ops, compiled.constants)
+            except ValueError as e:  # an operator this libtorch does not register
+                raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
+        except (exc.UnsupportedArgument, exc.LoweringError) as e:
+            # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
+            # file the message names) or an argument it cannot pass natively never reaches a user whose program
+            # eager runs. Remembered for this guard set; other inputs still get their own attempt.
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
+            what = details or type(e).__name__
+            self._remember_eager(facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly")
+            return None, None
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)
         self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
@@ -347,6 +397,9 @@ class JitFunction:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:
             lines.append(f"eager fallback: {self.eager_reason}")
+        if len(self.fallbacks):
+            lines.append(f"{len(self.fallbacks)} guard set(s) run eagerly, without capturing again:")
+            lines += self.fallbacks.describe()
         return "\n".join(lines)
 
 

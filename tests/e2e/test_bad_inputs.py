@@ -71,6 +71,11 @@ def test_bad_call_signatures_raise_type_error(compiled_first: bool) -> None:
     ]
     for args, kwargs in bad_calls:
         expect_like_eager(two_arg, jitted, args, kwargs)
+        with pytest.raises(TypeError) as eager:
+            two_arg(*args, **kwargs)
+        with pytest.raises(TypeError) as jit_error:
+            jitted(*args, **kwargs)
+        assert str(jit_error.value) == str(eager.value)  # eager's wording, word for word
     still_works(jitted, two_arg, x, y)
 
 

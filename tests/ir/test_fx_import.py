@@ -26,3 +26,26 @@ def test_import_symbolic_sizes_and_int_arithmetic() -> None:
         CHECK: torch.aten.mul.Scalar %[[SLICE]], %[[N]]
         """,
     )
+
+
+def test_import_scalar_builtins_on_symbolic_ints() -> None:
+    """Builtins torch-mlir does not map (pow, true division, torch.sym_float) import as trident.scalar.<fn> with
+    the result's Python type; all-int arithmetic keeps torch-mlir's aten.<op>.int. The trace is left as it was."""
+
+    def fn(x, n):  # type: ignore[no-untyped-def]
+        return x * (n**2 + 1) * (n / 3) * torch.sym_float(n)
+
+    _, trace, _ = capture(fn, torch.randn(5), 4, dynamism=Dynamism(ints=frozenset({(1, ())})))
+    targets = [node.target for node in trace.graph_module.graph.nodes]
+    module, _ = import_graph(trace.graph_module.graph, new_context())
+    assert [node.target for node in trace.graph_module.graph.nodes] == targets
+    filecheck(
+        str(module),
+        """
+        CHECK: func.func @main(%[[X:.*]]: !torch.vtensor<[5],f32>, %[[N:.*]]: !torch.int)
+        CHECK: %[[SQUARE:.*]] = torch.operator "trident.scalar.pow"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.int
+        CHECK: torch.aten.add.int %[[SQUARE]]
+        CHECK: torch.operator "trident.scalar.truediv"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.float
+        CHECK: torch.operator "trident.scalar.sym_float"(%[[N]]) : (!torch.int) -> !torch.float
+        """,
+    )

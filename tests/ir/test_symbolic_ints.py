@@ -69,3 +69,50 @@ def test_division_checks_its_divisor_and_sums_check_overflow_before_the_value_is
         CHECK: arith.cmpi eq
         """,
     )
+
+
+def test_float_valued_relations_compare_as_floats_and_round_with_range_checks() -> None:
+    from torch.utils._sympy.functions import FloorToInt, IntTrueDiv, ToFloat
+
+    s0, _ = sympy.symbols("s0 s1", integer=True)
+    text = lowered(sympy.And(FloorToInt(IntTrueDiv(s0, 2)) >= 2, ToFloat(s0) >= 0.5))
+    filecheck(
+        text,
+        """
+        CHECK: %[[F:.*]] = arith.sitofp %s0 : i64 to f64
+        CHECK: arith.cmpf oge, %[[F]]
+        CHECK: %[[Q:.*]] = arith.divf %{{.*}}, %[[TWO:.*]] : f64
+        CHECK: %[[FLOOR:.*]] = llvm.intr.floor(%[[Q]]) : (f64) -> f64
+        CHECK: arith.cmpf oge, %[[FLOOR]]
+        CHECK: arith.cmpf olt, %[[FLOOR]]
+        CHECK: cf.cond_br {{.*}}, ^fail
+        CHECK: %[[I:.*]] = arith.fptosi %[[FLOOR]] : f64 to i64
+        CHECK: arith.cmpi sge, %[[I]]
+        """,
+    )
+
+
+def test_int_power_with_a_symbolic_exponent_loops_over_its_bits_with_checked_products() -> None:
+    from trident.lowering.symbolic_ints import lower_scalar_op
+
+    module = ModuleBuilder()
+    fb = FunctionBuilder(module, "f", [("%s0", "i64"), ("%s1", "i64")], I32, fail_value=0)
+    kind, value = lower_scalar_op(fb, "pow", [("int", "%s0"), ("int", "%s1")], lambda ok, kind, message: fb.check(ok))
+    assert kind == "int"
+    fb.ret(fb.const(1, I32))
+    fb.finish()
+    filecheck(
+        module.text(),
+        """
+        CHECK: cf.br ^[[HEAD:pow_head[0-9]+]]
+        CHECK: ^[[HEAD]]:
+        CHECK: arith.cmpi sgt
+        CHECK: cf.cond_br {{.*}}, ^[[BODY:pow_body[0-9]+]], ^[[DONE:pow_done[0-9]+]]
+        CHECK: ^[[BODY]]:
+        CHECK: "llvm.intr.smul.with.overflow"
+        CHECK: arith.shrsi
+        CHECK: "llvm.intr.smul.with.overflow"
+        CHECK: cf.br ^[[HEAD]]
+        CHECK: ^[[DONE]]:
+        """,
+    )

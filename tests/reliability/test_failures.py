@@ -63,11 +63,12 @@ def test_an_aten_error_inside_compiled_code_is_eagers_error_and_contained() -> N
 def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_contained(
     stage_name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
-    """An LLVM lowering or code-generation failure (injected: both are Trident bugs when they happen) raises
-    trident.exc.LoweringError with the IR given to that stage written to a file (and, for the pass pipeline,
-    the torch-mlir-opt command that replays it); specializations compiled before keep working."""
-    from trident import exc
+    """An LLVM lowering or code-generation failure (injected: both are Trident bugs when they happen) runs the
+    call eagerly with one warning naming the stage, the file the IR given to that stage was written to (and,
+    for the pass pipeline, the torch-mlir-opt command that replays it); specializations compiled before keep
+    working, and other inputs compile once the failure is gone."""
     from trident.lowering import pipeline
+    from trident.testing import count_compiles
 
     @trident.jit
     def fn(x):  # type: ignore[no-untyped-def]
@@ -81,11 +82,12 @@ def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_containe
             raise RuntimeError(f"injected {stage_name} failure")
 
         monkeypatch.setattr(pipeline, "lower_to_llvm" if stage_name == "llvm" else "NativeModule", failing)
-        with pytest.raises(exc.LoweringError) as info:
-            fn(torch.randn(2, 5, 7))  # another rank: a new specialization, which fails to compile
-        message = str(info.value)
+        y = torch.randn(2, 5, 7)
+        with pytest.warns(UserWarning, match="trident: compiling") as records:
+            torch.testing.assert_close(fn(y), (y * 2).sum(-1))  # another rank: a new specialization: eager
+        message = str(records[0].message)
         assert f"at stage '{stage_name}'" in message and f"injected {stage_name} failure" in message
-        ir_path = message.split("the IR given to that stage is in ")[1].split("\n")[0]
+        ir_path = message.split("the IR given to that stage is in ")[1].split(";")[0].split(")")[0].strip()
         with open(ir_path) as f:
             ir_text = f.read()
         assert "@trident_run_1(" in ir_text  # the second specialization's program (func or llvm dialect)
@@ -94,4 +96,6 @@ def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_containe
         monkeypatch.undo()
         for _ in range(2):  # the first specialization is intact
             torch.testing.assert_close(fn(x), (x * 2).sum(-1))
-        torch.testing.assert_close(fn(torch.ones(2, 5, 7)), torch.full((2, 5), 14.0))  # and it compiles now
+        with count_compiles() as compiles:
+            torch.testing.assert_close(fn(torch.ones(2, 5, 8)), torch.full((2, 5), 16.0))  # and it compiles now
+        assert compiles() == 1

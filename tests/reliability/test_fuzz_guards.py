@@ -567,15 +567,17 @@ def test_int_argument_outside_int64(calls: list[int]) -> None:
     _eager_and_jitted(lambda x, n: x * n, *[(x, n) for n in calls])
 
 
-def test_symbolic_int_overflow_raises_instead_of_wrapping() -> None:
+def test_symbolic_int_overflow_runs_eagerly_instead_of_wrapping() -> None:
     """Python ints grow where the compiled int64 arithmetic cannot: x.shape[0] * n with n = 2**62 and 4 rows
-    is 2**64. The compiled code must not wrap to 0; it raises OverflowError naming the operation."""
+    is 2**64. The compiled code must not wrap to 0; the specialization's guards reject the call (the product is
+    a guard: it must fit in int64) and it runs eagerly, giving Python's value."""
     f = trident.jit(lambda x, n: x.shape[0] * n)
     x = torch.ones(4)
     assert (f(x, 2), f(x, 3)) == (8, 12)  # n is symbolic from the second call on
-    with pytest.raises(OverflowError, match="mul.int: integer result does not fit in 64 bits"):
-        f(x, 2**62)
+    with pytest.warns(UserWarning, match="leaves int64"):
+        assert f(x, 2**62) == 2**64
     assert f(x, 5) == 20  # still usable
+    assert f._trident.eager_calls == 1 and sum(f._trident.entry.hits()) == 3
 
 
 @pytest.mark.parametrize("fn", [

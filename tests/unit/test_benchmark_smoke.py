@@ -55,3 +55,16 @@ def test_module_overhead_cpu_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
     assert set(data["ns_per_call"]) == {"entry", "lazy entry", "python fwd", "module", "module, entry", "module+8 attrs"}
+
+
+def test_eager_fallback_cpu_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "eager_fallback_cpu.py"), "--calls", "20", "--rounds", "1",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["guard_sets_remembered"] == 1
+    assert set(data["us_per_call"]) == {"eager", "trident, remembered", "trident, captured every call"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
+import logging
 import math
 import operator
 import os
@@ -46,6 +47,7 @@ from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
 from .specialize import symbols_to_specialize, watch_float_folds
+from .symbolic_math import symbolic_math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +167,32 @@ def _unsupported(construct: str, error: BaseException) -> exc.UnsupportedConstru
         "  Trident compiles the function once per specialization; move this out of the jitted function "
         "or make it independent of tensor values."
     )
+
+
+def capture_failure(name: str, error: BaseException) -> str:
+    """Why a call runs eagerly after its capture raised `error`: the exception and the user's line it came
+    from (the operator call in their function, not torch's meta function)."""
+    where = user_location(traceback.extract_tb(error.__traceback__))
+    lines = str(error).strip().splitlines()
+    message = lines[0][:300] if lines else ""
+    return (
+        f"capturing '{name}' raised {type(error).__name__} at {where}: {message}; "
+        "calls with these inputs run eagerly"
+    )
+
+
+@contextlib.contextmanager
+def _quiet_meta_functions() -> Iterator[None]:
+    """Silence fake_tensor's log while capturing: when a meta function rejects its inputs it logs the whole
+    traceback at ERROR (about 25 lines) before raising, and that exception is handled here (the call runs
+    eagerly and eager's own error, if any, is what the user sees)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 _DATA_DEPENDENT = (
@@ -496,8 +524,8 @@ def _trace_once(
     mode = _TracingMode(fake_mode)
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
-    with _translate_capture_errors(), torch.inference_mode(False), torch.no_grad(), _tracing(), \
-            intercept_triton_launches(), watch_float_folds() as folded, fake_mode, mode:
+    with _translate_capture_errors(), _quiet_meta_functions(), torch.inference_mode(False), torch.no_grad(), \
+            _tracing(), intercept_triton_launches(), symbolic_math(), watch_float_folds() as folded, fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     remember_constant_computations(gm, mode.real_of, mode.produced)
     pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded), shape_env, facts, traced)
@@ -550,16 +578,12 @@ def _flatten_output(
     if type(value) in (tuple, list):
         children = tuple(_flatten_output(v, graph_outputs, placeholders, traced) for v in value)  # type: ignore[union-attr]
         return OutputTree("tuple" if type(value) is tuple else "list", children)
-    if isinstance(value, (torch.Tensor, torch.SymInt)):
+    if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
         for p, leaf_index in zip(placeholders, traced):
             if p is value:  # an argument returned as itself keeps its identity
                 return OutputTree("input", index=leaf_index)
-        graph_outputs.append(value)
+        graph_outputs.append(value)  # symbolic floats and bools come back as Python floats and bools
         return OutputTree("graph", index=len(graph_outputs) - 1)
-    if isinstance(value, (torch.SymFloat, torch.SymBool)):
-        raise exc.UnsupportedConstruct(
-            f"the function returns a symbolic {type(value).__name__}; return a tensor or an int instead"
-        )
     if value is None or type(value) in (int, float, bool, str):
         return OutputTree("const", value=value)
     raise exc.UnsupportedConstruct(

@@ -420,8 +420,17 @@ def run_recorded_launch_on_cpu(
     if tma_descriptor_metadata:
         raise NotImplementedError("TMA descriptor arguments are not supported by the CPU runner")
     args = {**kwargs, **kernel_side_table.get_constant_args(constant_args_idx)}
-    kernel = _resolve_kernel(kernel_side_table.get_kernel(kernel_idx), args)
-    launch_grid = grid[0] if isinstance(grid, list) else grid
+    run_kernel_on_cpu(kernel_side_table.get_kernel(kernel_idx), args, grid[0] if isinstance(grid, list) else grid)
+
+
+def run_kernel_on_cpu(kernel: Any, args: dict[str, Any], grid: Grid) -> None:
+    """Launch `kernel` (a JITFunction, possibly inside Autotuner / Heuristics wrappers) with arguments by name
+    on CPU tensors through Triton's interpreter, patched for the 3.6 interpreter's gaps."""
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    kernel = _resolve_kernel(kernel, args)
+    launch_grid = grid
     if callable(launch_grid):
         launch_grid = launch_grid(dict(args))  # META: every kernel argument, constexprs and config kwargs
     launch_grid = tuple(int(g) for g in launch_grid)  # type: ignore[union-attr]
@@ -436,6 +445,84 @@ def run_recorded_launch_on_cpu(
         finally:
             interpreter._patch_lang_tensor = original_patch
             JITFunction.__call__ = original_call  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Eager calls: Triton launches on CPU tensors through the interpreter, as compiled code runs them
+
+
+def _make_interpreting_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Only threads running an eager call, and only their outermost launch object (an Autotuner's inner
+        # JITFunction is reached by run_kernel_on_cpu itself).
+        if threading.get_ident() not in _cpu_launches.threads or _flags.rerouting or kwargs.get("warmup", False):
+            return original(self, *args, **kwargs)
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
+        if not tensors or any(t.device.type != "cpu" for t in tensors):
+            return original(self, *args, **kwargs)  # CUDA (or no tensors): Triton's own launcher, as eager
+        grid = named.pop("grid")
+        named.pop("warmup", None)
+        _flags.rerouting = True
+        try:
+            run_kernel_on_cpu(self, named, grid)
+        finally:
+            _flags.rerouting = False
+        return None
+
+    run.__wrapped__ = original  # type: ignore[attr-defined]
+    return run
+
+
+class _CpuLaunches:
+    """Threads whose eager launches on CPU tensors are interpreted, and what their patch replaced (under _lock)."""
+
+    threads: dict[int, int] = {}  # thread id -> nesting depth
+    saved: list[tuple[type, Any]] = []
+    classes: list[type] = []
+    wrappers: dict[Any, Any] = {}  # original run -> its interpreting wrapper (made once: this is per eager call)
+
+
+_cpu_launches = _CpuLaunches()
+
+
+@contextlib.contextmanager
+def interpret_cpu_launches() -> Iterator[None]:
+    """While active, this thread's `kernel[grid](...)` launches whose tensors are all on the CPU run through
+    Triton's interpreter with the same gap patches as compiled code's CPU launches (`run_kernel_on_cpu`),
+    where eager Triton on a GPU-less machine raises "0 active drivers". Launches on CUDA tensors, and those of
+    other threads, go through Triton's own launcher unchanged. A user who set TRITON_INTERPRET=1 has
+    interpreted kernels already (InterpretedFunction, not JITFunction): nothing is patched then.
+
+    The classes' `run` is patched while any thread is inside (the lock is held only to patch and restore, so
+    eager calls of several threads run concurrently)."""
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        yield
+        return
+    me = threading.get_ident()
+    with _lock:
+        if not _cpu_launches.threads:
+            # This runs on every eager call: the classes are imported once.
+            _cpu_launches.classes = _cpu_launches.classes or _launch_classes()
+            _cpu_launches.saved = [(cls, cls.__dict__["run"]) for cls in _cpu_launches.classes]
+            for cls, original in _cpu_launches.saved:
+                wrapper = _cpu_launches.wrappers.get(original)
+                if wrapper is None:
+                    wrapper = _cpu_launches.wrappers[original] = _make_interpreting_run(original)
+                cls.run = wrapper
+        _cpu_launches.threads[me] = _cpu_launches.threads.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _lock:
+            depth = _cpu_launches.threads.pop(me) - 1
+            if depth:
+                _cpu_launches.threads[me] = depth
+            elif not _cpu_launches.threads:
+                for cls, original in _cpu_launches.saved:
+                    cls.run = original
 
 
 # ---------------------------------------------------------------------------------------------------------

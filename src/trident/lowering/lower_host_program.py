@@ -6,6 +6,7 @@ Each torch op becomes native code, in program order:
   aten.size.int / stride.int              -> runtime reads of the tensor's metadata
   prim.NumToTensor.Scalar                 -> a wrapped-number scalar tensor, as eager's argument parser makes
   trident.triton_launch.<i>               -> trident_triton_launch (CUDA) / trident_python_call (CPU interpreter)
+  trident.scalar.<fn>                     -> Python's scalar builtins on ints/floats/bools (symbolic_ints.py)
   aten.empty / empty_like / empty_strided -> trident_pool_empty* (a kept buffer when safe; pooled_allocations.py)
   every other ATen op                     -> trident_op_call through the dispatcher (boxed)
   func.return                             -> Python results built natively (tuples, lists, scalars)
@@ -23,14 +24,14 @@ from torch_mlir import ir
 from .. import exc
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
-from ..ir.fx_import import LAUNCH_OP_PREFIX
+from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from ..knobs import knobs
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view
 from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
-from .symbolic_ints import checked_int_op
+from .symbolic_ints import checked_int_op, lower_scalar_op
 from ..runtime.triton_native import make_native_launch
 from ..runtime.typed_ops import typed_symbol
 
@@ -261,6 +262,11 @@ class HostProgramLowering:
             self._scalar_tensor(op)
         elif name == "torch.operator" and _operator_name(op).startswith(LAUNCH_OP_PREFIX):
             self._triton_launch(op)
+        elif name == "torch.operator" and _operator_name(op).startswith(SCALAR_OP_PREFIX):
+            fn = _operator_name(op).removeprefix(SCALAR_OP_PREFIX)
+            operands = [(self.values[v].kind, self.values[v].ssa) for v in op.operands]
+            kind, value = lower_scalar_op(fb, fn, operands, self._raise_unless)
+            self.values[op.results[0]] = _Lowered(kind, value)
         elif name.startswith("torch.aten.") or name.startswith("torch.prims.") or name == "torch.operator":
             self._op_call(op)
         else:

@@ -72,6 +72,7 @@ SEQUENCE_SET = Extern("trident_sequence_set", (PTR, I64, PTR), None)
 DECREF = Extern("trident_decref", (PTR,), None)
 
 # trident_runtime.h TRIDENT_EXC_* kinds raised by generated code itself
+EXC_VALUE = 2  # math domain errors of symbolic floats (symbolic_ints.lower_scalar_op)
 EXC_ZERO_DIVISION = 6
 EXC_OVERFLOW = 7
 

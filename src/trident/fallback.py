@@ -1,0 +1,109 @@
+"""Sticky eager fallback: calls whose capture or compile failed run eagerly from then on, without trying again.
+
+When capturing or compiling a call fails for inputs eager accepts (an operator rejects fake tensors, an
+argument Trident cannot pass natively, a lowering gap), the driver runs the call eagerly and records the
+decision here, keyed on what a specialization of that call would have guarded: every leaf's guarded facts
+(tensor dtype, device, sizes, strides, offset, alignment and flags; int/float/bool values; other objects by
+identity), the argument structure and the global state. A later call with the same key runs eagerly straight
+away (a dict lookup on the miss path instead of a new capture); a call that differs in any guarded fact gets
+its own attempt, so nothing that would compile is caught. Running eagerly is always correct, so the key only
+has to be precise enough not to cost a compile.
+
+Objects other than tensors and scalars are guarded by identity, so a program fed a new numpy array on every
+call would capture again on every call. As sizes and ints become symbolic once they change, such an argument
+is generalized once it changes: when a second guard set that differs from a remembered one only in which
+objects (of the same types) it passes fails too, calls matching it up to those objects' identities run eagerly
+as well (`explain` shows the entry as "any <type>").
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+
+from .capture.guards import current_function_modes, current_global_state
+from .capture.inputs import CallFacts, LeafKind
+
+
+@dataclasses.dataclass
+class EagerEntry:
+    """One guard set that runs eagerly, and why."""
+
+    reason: str
+    calls: int = 0
+    scope: str = ""  # "" (these very objects) or "'a' any ndarray, ..." (objects generalized to their types)
+    # Objects the key names by identity, kept alive so that their ids are not reused by other objects.
+    keepalive: tuple[object, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    exact: Hashable  # objects by identity
+    general: Hashable | None  # objects by type; None when the call passes no such object
+    identities: tuple[object, ...]
+
+
+def fallback_key(facts: CallFacts) -> _Key:
+    """The keys of a call (what its specialization would guard, with objects by identity and by type)."""
+    parts: list[Hashable] = []
+    general: list[Hashable] = []
+    identities: list[object] = []
+    for leaf in facts.leaves:
+        payload: Hashable
+        if leaf.kind is LeafKind.TENSOR:
+            payload = leaf.tensor
+        elif leaf.kind is LeafKind.OBJECT:
+            payload = id(leaf.value)
+            identities.append(leaf.value)
+        elif leaf.kind is LeafKind.FLOAT:
+            payload = float.hex(leaf.value)  # type: ignore[arg-type]  # bitwise, as guards compare: -0.0, nan
+        else:
+            payload = leaf.value  # type: ignore[assignment]
+        parts.append((leaf.path.param, leaf.path.items, leaf.kind, payload))
+        if leaf.kind is LeafKind.OBJECT:
+            general.append((leaf.path.param, leaf.path.items, leaf.kind, type(leaf.value)))
+        else:
+            general.append(parts[-1])
+    state = (facts.sequences, current_global_state(), tuple(id(m) for m in current_function_modes()))
+    return _Key((tuple(parts), state), (tuple(general), state) if identities else None, tuple(identities))
+
+
+class EagerFallbacks:
+    """The guard sets of one jitted function that run eagerly. Lookups take no lock (dict reads)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, EagerEntry] = {}
+        self._by_general: dict[Hashable, int] = {}  # general key -> exact entries remembered under it
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, facts: CallFacts) -> EagerEntry | None:
+        if not self._entries:
+            return None
+        key = fallback_key(facts)
+        entry = self._entries.get(key.exact)
+        if entry is None and key.general is not None:
+            entry = self._entries.get(("any", key.general))
+        return entry
+
+    def add(self, facts: CallFacts, reason: str) -> EagerEntry:
+        key = fallback_key(facts)
+        if key.general is not None:
+            seen = self._by_general.get(key.general, 0)
+            if seen >= 1:  # a second object of the same types failed the same way: generalize (see above)
+                general = ("any", key.general)
+                return self._entries.setdefault(general, EagerEntry(reason, scope=_any_objects(facts)))
+            self._by_general[key.general] = seen + 1
+        return self._entries.setdefault(key.exact, EagerEntry(reason, keepalive=key.identities))
+
+    def describe(self) -> list[str]:
+        """explain's lines: each guard set that runs eagerly, with its reason and how many calls it took."""
+        return [
+            f"  runs eagerly ({e.calls} call(s)){' for ' + e.scope if e.scope else ''}: {e.reason}"
+            for e in self._entries.values()
+        ]
+
+
+def _any_objects(facts: CallFacts) -> str:
+    objects = [leaf for leaf in facts.leaves if leaf.kind is LeafKind.OBJECT]
+    return ", ".join(f"'{leaf.path.name}' any {type(leaf.value).__name__}" for leaf in objects)
