@@ -215,3 +215,22 @@ def test_hooks_registered_or_removed_after_capture_are_followed() -> None:
         same_as_eager(wrapped, model, x)
     assert compiles() == 3
     assert hits(wrapped) == [1, 2, 2]
+
+
+def test_a_slice_of_a_module_list_made_in_forward_is_not_guarded() -> None:
+    """`self.layers[:n]` (Hugging Face's decoder loop) builds a new ModuleList in every call. Its state is the
+    call's own work: guarding it (as it was while being filled) made the specialization reject its own call."""
+
+    class Sliced(Model):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers[: len(self.layers)]:
+                x = layer(x)
+            return self.head(x)
+
+    model = Sliced().eval()
+    wrapped = trident.jit(model)
+    with torch.no_grad(), count_compiles() as compiles:
+        for _ in range(3):
+            same_as_eager(wrapped, model, torch.randn(3, 8))
+    assert compiles() == 1
+    assert hits(wrapped) == [3] and wrapped._trident.eager_calls == 0  # type: ignore[attr-defined]

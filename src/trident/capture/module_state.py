@@ -61,10 +61,16 @@ class ModuleReads:
 
     def __init__(self) -> None:
         self.reads: dict[tuple[int, str, bool], Read] = {}
+        # Modules constructed while the capture ran (`self.layers[:n]` builds a new ModuleList each call): their
+        # state is the program's own work, redone by every call, not state a later call could find changed. Held
+        # (not their ids) so that an id cannot be reused by another module before the capture ends.
+        self.created: list[nn.Module] = []
 
     def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object, store: str = "") -> None:
         if type(module) is nn.Module or isinstance(module, torch.fx.GraphModule):
             return  # make_fx's own modules (its tracer's root, graph modules), not the user's state
+        if any(module is made for made in self.created):
+            return
         self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store))
 
     def guards(self, module_paths: dict[int, str]) -> list[AttributeGuard]:
@@ -125,6 +131,16 @@ def _recording_getattribute(self: nn.Module, name: str) -> object:
     return value
 
 
+_module_init = nn.Module.__init__
+
+
+def _recording_init(self: nn.Module, *args: object, **kwargs: object) -> None:
+    reads = _current()
+    if reads is not None:
+        reads.created.append(self)
+    _module_init(self, *args, **kwargs)
+
+
 def _note_attribute(reads: ModuleReads, module: nn.Module, name: str, value: object) -> None:
     state = object.__getattribute__(module, "__dict__")
     if name not in state or state[name] is not value or _is_data_descriptor(type(module), name):
@@ -159,6 +175,7 @@ def recording() -> Iterator[ModuleReads]:
     with _install_lock:
         if _installed == 0:
             nn.Module.__getattribute__ = _recording_getattribute  # type: ignore[method-assign]
+            nn.Module.__init__ = _recording_init  # type: ignore[method-assign]
         _installed += 1
     _local.reads = reads
     try:
@@ -169,8 +186,10 @@ def recording() -> Iterator[ModuleReads]:
             _installed -= 1
             if _installed == 0:
                 del nn.Module.__getattribute__  # back to object's: no Python frame per attribute read
+                nn.Module.__init__ = _module_init  # type: ignore[method-assign]
         if outer is not None:  # a nested capture's reads are the outer one's too
             outer.reads.update({k: v for k, v in reads.reads.items() if k not in outer.reads})
+            outer.created += reads.created
 
 
 def module_paths(roots: list[tuple[str, nn.Module]]) -> dict[int, str]:
