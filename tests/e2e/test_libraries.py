@@ -251,7 +251,8 @@ def test_conch_paged_attention(device: str) -> None:
     position, then paged_attention reads the sequence through the block table."""
     attention = need("conch.ops.attention.paged_attention")
     cache_ops = need("conch.ops.vllm.reshape_and_cache")
-    batch, heads, kv_heads, head_dim, block_size, blocks = 2, 4, 2, 16, 4, 8
+    batch, heads, kv_heads, head_dim, block_size, blocks = 2, 4, 2, 16, 16, 8
+    # block_size 16: on CUDA, conch's kernels put block_size in a tl.dot dimension, which must be at least 16.
 
     def build(device: str) -> Callable[..., Any]:
         k_cache = torch.zeros(blocks, block_size, kv_heads, head_dim, device=device)
