@@ -538,15 +538,15 @@ def _flatten_output(
     if type(value) in (tuple, list):
         children = tuple(_flatten_output(v, graph_outputs, placeholders, traced) for v in value)  # type: ignore[union-attr]
         return OutputTree("tuple" if type(value) is tuple else "list", children)
-    if isinstance(value, (torch.Tensor, torch.SymInt)):
+    if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat)):
         for p, leaf_index in zip(placeholders, traced):
             if p is value:  # an argument returned as itself keeps its identity
                 return OutputTree("input", index=leaf_index)
         graph_outputs.append(value)
         return OutputTree("graph", index=len(graph_outputs) - 1)
-    if isinstance(value, (torch.SymFloat, torch.SymBool)):
+    if isinstance(value, torch.SymBool):
         raise exc.UnsupportedConstruct(
-            f"the function returns a symbolic {type(value).__name__}; return a tensor or an int instead"
+            f"the function returns a symbolic {type(value).__name__}; return a tensor, an int or a float instead"
         )
     if value is None or type(value) in (int, float, bool, str):
         return OutputTree("const", value=value)
