@@ -422,17 +422,17 @@ def _float_bits(value: object) -> bytes:
 def _layout_changes(
     old_sizes: Sequence[int], old_strides: Sequence[int], new_sizes: Sequence[int], new_strides: Sequence[int]
 ) -> list[int]:
-    """Dims whose stride changed other than by following its sizes: same sizes and another stride, or a stride
-    whose kind changed (0, 1, the contiguous product of the next dim's size and stride, or anything else)."""
+    """Dims whose stride changed, unless the tensor is contiguous in both calls: a contiguous tensor that grows
+    keeps strides inferred from its sizes (expressions of them), any other layout change makes them symbols."""
 
-    def kind(sizes: Sequence[int], strides: Sequence[int], d: int) -> object:
-        if strides[d] in (0, 1):
-            return strides[d]
-        return d + 1 < len(sizes) and strides[d] == sizes[d + 1] * strides[d + 1]
+    def contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+        expected = 1
+        for size, stride in reversed(list(zip(sizes, strides))):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
 
-    same_sizes = tuple(old_sizes) == tuple(new_sizes)
-    return [
-        d for d in range(len(new_strides))
-        if old_strides[d] != new_strides[d]
-        and (same_sizes or kind(old_sizes, old_strides, d) != kind(new_sizes, new_strides, d))
-    ]  # fmt: skip
+    if contiguous(old_sizes, old_strides) and contiguous(new_sizes, new_strides):
+        return []
+    return [d for d in range(len(new_strides)) if old_strides[d] != new_strides[d]]

@@ -17,7 +17,7 @@ import sympy
 import torch
 
 from .constant_views import byte_distance
-from .inputs import ALIGNMENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
 
 
@@ -32,7 +32,13 @@ class SequenceGuard:
 
 @dataclasses.dataclass(frozen=True)
 class TensorGuard:
-    """Type, dtype, device, rank, flags and alignment of a tensor leaf (sizes are PropertyGuards)."""
+    """Type, dtype, device, rank and flags of a tensor leaf (sizes are PropertyGuards).
+
+    Not the data pointer's alignment: nothing a specialization bakes in depends on it. What does is checked
+    where it is used, on every call: each Triton launch keys its compiled variants on the 16-byte alignment of
+    its pointers natively (runtime/triton_native.py, a new alignment goes to Triton's launcher and registers a
+    variant), and a matmul plan runs only for operands as aligned as those it was made for (csrc/matmul_plan.cpp).
+    Guarding it here too made every alignment of every argument a specialization of its own."""
 
     path: LeafPath
     fact: TensorFact
@@ -43,7 +49,7 @@ class TensorGuard:
         extra = " requires_grad" if f.requires_grad else ""
         return (
             f"{self.path.name}: {kind} {str(f.dtype).removeprefix('torch.')} {f.device} rank {len(f.sizes)}"
-            f"{' aligned' if f.aligned else ' unaligned'}(16){extra}"
+            f"{extra}"
         )
 
 
@@ -458,7 +464,6 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             ("requires_grad", want.requires_grad, fact.requires_grad),
             ("conj bit", want.is_conj, fact.is_conj),
             ("neg bit", want.is_neg, fact.is_neg),
-            (f"{ALIGNMENT}-byte alignment of the data pointer", want.aligned, fact.aligned),
         ):
             if expected != got:
                 return f"{where}: {name} mismatch: expected {expected}, got {got}"

@@ -168,7 +168,11 @@ def symbols_to_specialize(gm: torch.fx.GraphModule, shape_env: object, folded: s
     found = set(folded) | graph_float_symbols(gm)
     for guard in shape_env.guards:  # type: ignore[attr-defined]
         expr = shape_env.simplify(guard.expr)  # type: ignore[attr-defined]
-        if not lowerable_relation(expr):
+        if expr == sympy.false:
+            # The ShapeEnv's later knowledge contradicts a guard it recorded (seen with an input passed twice,
+            # whose second fake shares the first's storage, and a symbolic offset): trace those as constants.
+            found |= guard.expr.free_symbols
+        elif not lowerable_relation(expr):
             found |= expr.free_symbols
     for symbol in shape_env.replacements:  # type: ignore[attr-defined]
         if is_float_symbol(symbol):  # an Eq guard pinned it to a value: Python read the float itself

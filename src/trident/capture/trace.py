@@ -22,6 +22,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 
+import sympy
 import torch
 import torch.fx
 from torch._dynamo.source import LocalSource
@@ -435,23 +436,47 @@ def _float_traced(leaf: Leaf, dynamism: Dynamism) -> bool:
 
 
 class _LayoutShapeEnv(ShapeEnv):
-    """A ShapeEnv whose storage offsets of chosen inputs are symbols of their own. torch makes an offset
-    symbolic only when a size is (and then duck-sized: equal to any size of the same value), with no option
-    to ask for it; Trident makes it symbolic when offsets vary, sizes or not."""
+    """A ShapeEnv whose storage offsets of chosen inputs are symbols of their own, 0 and 1 included. torch makes
+    an offset symbolic only when a size is (then duck-sized: one symbol with any size of the same value), with
+    no option to ask for it; Trident makes it symbolic when offsets vary, sizes or not."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dynamic_offsets: set[str] = set()  # source names of tensors whose offset is symbolic
 
+    def _compute_symbolic_stride(self, source, size, ex_size, ex_stride, dynamic_strides, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        """torch keeps strides 0 and 1 constants even when asked for a symbol; a stride marked DYNAMIC (its
+        values varied) becomes a symbol over [0, inf) here. What the trace relies on (an expanded dim, a unit
+        stride for a view or a contiguity check) becomes a ShapeEnv guard like any other, checked natively."""
+        from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+        strides = super()._compute_symbolic_stride(source, size, ex_size, ex_stride, dynamic_strides, *args, **kwargs)
+        for i, dynamic in enumerate(dynamic_strides):
+            if dynamic is DimDynamic.DYNAMIC and strides[i] in (0, 1) and isinstance(strides[i], sympy.Integer):
+                strides[i] = super().create_symbol(
+                    ex_stride[i], TensorPropertySource(source, TensorProperty.STRIDE, i), DimDynamic.DYNAMIC,
+                    do_not_specialize_zero_one=True,
+                )  # fmt: skip
+        return strides
+
     def create_symbol(self, val, source, dynamic_dim=DimDynamic.DUCK, *args, **kwargs):  # type: ignore[no-untyped-def,override]
         from torch._dynamo.source import TensorProperty, TensorPropertySource
 
+        if isinstance(source, TensorPropertySource) and source.prop is TensorProperty.STRIDE and dynamic_dim is DimDynamic.DYNAMIC:
+            kwargs["do_not_specialize_zero_one"] = True  # a varying stride: one symbol over [0, inf), 0 and 1 included
+        elif isinstance(source, TensorPropertySource) and source.prop is TensorProperty.STRIDE and dynamic_dim is DimDynamic.DUCK:
+            # A stride inferred symbolic (its sizes are) gets a symbol of its own, not the symbol of whichever
+            # size has the same value now (stride 7 of a [2, 7] slice is not "size 1" at the next call).
+            dynamic_dim = DimDynamic.DYNAMIC
         if (
             isinstance(source, TensorPropertySource)
             and source.prop is TensorProperty.STORAGE_OFFSET
             and source.base.name in self.dynamic_offsets
         ):
             dynamic_dim = DimDynamic.DYNAMIC
+            # Offsets 0 and 1 mean nothing special (alignment is checked where it matters, per launch): one
+            # symbol for every offset instead of three specializations (0, 1, the rest).
+            kwargs["do_not_specialize_zero_one"] = True
         return super().create_symbol(val, source, dynamic_dim, *args, **kwargs)
 
 

@@ -72,9 +72,6 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
             (abi.META_FLAGS, flags),
         ]
         conditions = [fb.cmp("eq", fb.load(fb.gep(meta, field)), fb.const(value)) for field, value in expected]
-        data_ptr = fb.load(fb.gep(meta, abi.META_DATA_PTR))
-        low_bits = fb.binary("andi", data_ptr, fb.const(15))
-        conditions.append(fb.cmp("eq" if f.aligned else "ne", low_bits, fb.const(0)))
         fb.check(fb.all_of(conditions))
         metas[(tg.path.param, tg.path.items)] = meta
 

@@ -17,6 +17,7 @@ its last use, and the failure block releases whatever is still held, so an error
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from torch_mlir import ir
@@ -364,7 +365,8 @@ class HostProgramLowering:
         if kind is not None:
             self._pooled_allocation(op, kind)
             return
-        args = self._encode_operands(op)
+        wrapped = self._wrap_scalars(op, name, overload)
+        args = self._encode_operands(op, wrapped)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
         private = knobs.private_views and is_private_view(op, aten_name)
@@ -380,6 +382,8 @@ class HostProgramLowering:
             status = fb.call(abi.OP_CALL, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
         assert status is not None
         fb.check_zero(status)
+        for scalar_tensor in wrapped.values():
+            self._release(scalar_tensor)
         position = 0
         for result in op.results:
             count = _result_count(op, result)
@@ -438,12 +442,29 @@ class HostProgramLowering:
             self.fb.store(self._int_of(item), I64, self.fb.gep(array, i))
         return array
 
-    def _encode_operands(self, op: ir.Operation) -> str:
+    def _wrap_scalars(self, op: ir.Operation, name: str, overload: str) -> dict[int, _Lowered]:
+        """Scalars at Tensor parameters (a symbolic int or float: make_fx records x.mul_(alpha) as
+        aten.mul_.Tensor(x, alpha)) as the wrapped-number tensors eager's argument parser makes of them; a
+        typed entry would read the scalar's bits as a tensor handle. Operand index -> owned scalar tensor."""
+        wrapped: dict[int, _Lowered] = {}
+        positions = _tensor_parameters(name, overload)
+        for i, operand in enumerate(op.operands):
+            value = self.values[operand]
+            if i in positions and value.kind in ("int", "float", "bool"):
+                tag, bits = self._scalar_slot(value)
+                out = self.fb.alloca(1, PTR, "scalar")
+                status = self.fb.call(abi.SCALAR_TENSOR, [self.fb.const(tag), bits, out])
+                assert status is not None
+                self.fb.check_zero(status)
+                wrapped[i] = self._own(self.fb.load(out, PTR))
+        return wrapped
+
+    def _encode_operands(self, op: ir.Operation, replaced: dict[int, _Lowered] | None = None) -> str:
         """A stack array of the op's operands as (tag, value) pairs, the runtime's argument encoding."""
         fb = self.fb
         args = fb.alloca(2 * len(op.operands), I64, "args")
         for i, operand in enumerate(op.operands):
-            tag, value = self._encode(self.values[operand], operand)
+            tag, value = self._encode((replaced or {}).get(i) or self.values[operand], operand)
             fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
             fb.store(value, I64, fb.gep(args, 2 * i + 1))
         return args
@@ -583,6 +604,19 @@ class _HandleTable:
             held = f"%{self.hint}_held{slot}"
             fb.emit_fail(f"{held} = llvm.load {ptr} : !llvm.ptr -> !llvm.ptr")
             fb.emit_fail(f"func.call @{self.release.name}({held}) : (!llvm.ptr) -> ()")
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_parameters(name: str, overload: str) -> frozenset[int]:
+    """Positions of an operator's (non-optional) Tensor parameters, from the installed torch's schema."""
+    import torch
+
+    namespace, op_name = name.split("::")
+    try:
+        schema = getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return frozenset()
+    return frozenset(i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType))
 
 
 def _rank(type_: ir.Type) -> int:
