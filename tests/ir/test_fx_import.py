@@ -29,8 +29,9 @@ def test_import_symbolic_sizes_and_int_arithmetic() -> None:
 
 
 def test_import_scalar_builtins_on_symbolic_ints() -> None:
-    """Builtins torch-mlir does not map (pow, true division, torch.sym_float) import as trident.scalar.<fn> with
-    the result's Python type; all-int arithmetic keeps torch-mlir's aten.<op>.int. The trace is left as it was."""
+    """Builtins torch-mlir does not map (pow, true division) import as trident.scalar.<fn> with the result's
+    Python type; all-int arithmetic keeps torch-mlir's aten.<op>.int, and torch.sym_float is aten.Float.Scalar
+    (capture rewrites it). The trace is left as it was."""
 
     def fn(x, n):  # type: ignore[no-untyped-def]
         return x * (n**2 + 1) * (n / 3) * torch.sym_float(n)
@@ -46,6 +47,6 @@ def test_import_scalar_builtins_on_symbolic_ints() -> None:
         CHECK: %[[SQUARE:.*]] = torch.operator "trident.scalar.pow"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.int
         CHECK: torch.aten.add.int %[[SQUARE]]
         CHECK: torch.operator "trident.scalar.truediv"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.float
-        CHECK: torch.operator "trident.scalar.sym_float"(%[[N]]) : (!torch.int) -> !torch.float
+        CHECK: torch.aten.Float.Scalar %[[N]] : !torch.int -> !torch.float
         """,
     )

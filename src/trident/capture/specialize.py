@@ -3,15 +3,19 @@
 A symbolic leaf property (a size, stride, storage offset, int or float) stays symbolic only where compiled code
 can reproduce, natively and exactly, everything the trace decided from it. Three things break that:
 
-- a ShapeEnv guard the guard lowering cannot check exactly: anything but int arithmetic over int symbols, and
-  for float symbols only a bare symbol compared (<, <=, >, >=, !=) with a number. `t > 0.5` is kept: it is the
-  comparison Python made on the double. `t * 3.0 > 1.0` is not: sympy rewrites it (zf > 1/3), which IEEE
-  arithmetic need not agree with at the boundary. Equalities (float(t), math.sqrt(t), `t == 0.5`) bake the
-  value in: a constant, guarded bitwise. `int(n * 0.5)` guards on TruncToInt(0.5*ToFloat(n)): n is a constant;
+- a ShapeEnv guard the guard lowering cannot check exactly. Over int symbols that is whatever
+  lowering/symbolic_ints.py cannot lower (asked of it by a dry run): int arithmetic and the floats Python computes
+  from ints (n / 3 >= 2, math.floor(n / 2), int(n * 0.5)) lower with Python's exact results. For float symbols
+  only a bare symbol compared (<, <=, >, >=, !=) with a number is kept. `t > 0.5` is kept: it is the comparison
+  Python made on the double. `t * 3.0 > 1.0` is not: sympy rewrites it (zf > 1/3), which IEEE arithmetic need
+  not agree with at the boundary. Equalities (float(t), `t == 0.5`) bake the value in: a constant, guarded
+  bitwise;
 - sympy folding float arithmetic to a number (t * 0.0 -> 0, t - t -> 0): the graph then holds a constant where
   eager computes -0.0 for a negative t. Seen while tracing, through ProxyTorchDispatchMode's sym dispatch;
-- float arithmetic in the graph other than + - * / and negation (math.floor, abs, **, int / int): the host
-  program computes floats for those five only (lower_host_program.py, Python's double semantics exactly).
+- float arithmetic in the graph that the host program does not lower: + - * / and negation are lowered with
+  Python's double semantics (lower_host_program.py), Python's scalar builtins (int / int, math.floor, round, **,
+  math.sqrt, ...) as trident.scalar.<fn> where lowering/symbolic_ints.py lowers them (again a dry run); a float
+  passed to a Triton constexpr (a kernel compiled per value) is never lowered.
 """
 from __future__ import annotations
 
@@ -48,7 +52,13 @@ def lowerable_relation(expr: sympy.Basic) -> bool:
     """Whether the guard lowering checks `expr` exactly (see the module docstring)."""
     if any(is_float_symbol(s) for s in expr.free_symbols):
         return _float_comparisons(expr)
-    return _int_expression(expr)
+    if _int_expression(expr):
+        return True
+    # Over int symbols, floats computed from them (n / 3 >= 2, math.floor(n / 2)) lower with Python's exact
+    # results (lowering/symbolic_ints.py); the lowering itself answers, so the two cannot disagree.
+    from ..lowering.symbolic_ints import lowers_condition
+
+    return lowers_condition(expr)
 
 
 def _int_expression(expr: sympy.Basic) -> bool:
@@ -85,9 +95,7 @@ def graph_float_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
             continue
         if isinstance(node.target, torch._ops.OpOverload):
             continue  # an ATen operator takes the double as eager passes it
-        supported = node.target in FLOAT_GRAPH_OPS
-        if node.target is operator.truediv and not any(isinstance(v, torch.SymFloat) for v in vals[1:]):
-            supported = False  # int / int
+        supported = node.target in FLOAT_GRAPH_OPS or _scalar_builtin_lowered(node)
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             supported = not _constexpr_floats(node)
         if not supported:
@@ -95,6 +103,31 @@ def graph_float_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
                 if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                     found |= v.node.expr.free_symbols
     return found
+
+
+def _scalar_builtin_lowered(node: torch.fx.Node) -> bool:
+    """A Python scalar builtin on symbolic values (int / int, math.floor, round, **, ...) that the host program
+    imports as trident.scalar.<fn> and lowers with Python's results: asked of the lowering itself (a dry run)."""
+    from ..ir.fx_import import scalar_function_name
+    from ..lowering.symbolic_ints import lowers_scalar_op
+
+    name = scalar_function_name(node)
+    if name is None:
+        return False
+    kinds = []
+    for a in node.args:
+        v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if v is None:
+            kinds.append("none")
+        elif isinstance(v, (torch.SymBool, bool)):
+            kinds.append("bool")
+        elif isinstance(v, (torch.SymInt, int)):
+            kinds.append("int")
+        elif isinstance(v, (torch.SymFloat, float)):
+            kinds.append("float")
+        else:
+            return False
+    return lowers_scalar_op(name, kinds)
 
 
 def _constexpr_floats(node: torch.fx.Node) -> bool:

@@ -108,7 +108,7 @@ def _scalar_kind(value: object) -> str:
     return "float"
 
 
-def _scalar_function_name(node: torch.fx.Node) -> str | None:
+def scalar_function_name(node: torch.fx.Node) -> str | None:
     """The name of the builtin / torch.sym_* function a node applies to symbolic scalars, if Trident imports
     it itself (not the all-int arithmetic torch-mlir maps to aten.<op>.int)."""
     symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -132,7 +132,7 @@ def _scalar_ops_marked(graph: torch.fx.Graph) -> Iterator[None]:
     graph is imported, and restore them after: the trace's graph stays as captured."""
     marked = []
     for node in graph.nodes:
-        name = _scalar_function_name(node)
+        name = scalar_function_name(node)
         if name is not None:
             marked.append((node, node.target, node.args))
             node.target, node.args = _SCALAR_OP, (name, *node.args)

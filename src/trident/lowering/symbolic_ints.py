@@ -19,7 +19,7 @@ import sympy
 from torch.utils._sympy import functions as torch_sympy
 
 from .. import exc
-from ..ir.mlir_text import F64, I1, I64, FunctionBuilder
+from ..ir.mlir_text import F64, I1, I64, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 
 FailUnless = Callable[[str, int, str], None]  # (ok: i1 SSA value, TRIDENT_EXC_* kind, message)
@@ -112,6 +112,8 @@ class SymbolicIntLowering:
         if isinstance(expr, torch_sympy.ToFloat):
             return _as_float(fb, ("int", self.int_expr(expr.args[0])))
         if isinstance(expr, (torch_sympy.IntTrueDiv, torch_sympy.FloatTrueDiv)):
+            if isinstance(expr, torch_sympy.IntTrueDiv):
+                _fail_beyond_exact_doubles(fb, [self.int_expr(x) for x in expr.args], self.fail_unless)
             a, b = (self.float_expr(x) for x in expr.args)
             self.fail_unless(_fcmp(fb, "une", b, fb.const(0.0, F64)), abi.EXC_ZERO_DIVISION, "division by zero")
             return fb.binary("divf", a, b, F64)
@@ -262,8 +264,11 @@ def lower_scalar_op(fb: FunctionBuilder, fn: str, operands: list[Scalar], fail_u
     if fn in ("sym_float", "float"):
         return "float", _as_float(fb, operands[0])
     if fn == "truediv":
+        if kinds == ["int", "int"]:
+            _fail_beyond_exact_doubles(fb, [v for _, v in operands], fail_unless)
         a, b = (_as_float(fb, x) for x in operands)
-        fail_unless(_fcmp(fb, "une", b, fb.const(0.0, F64)), abi.EXC_ZERO_DIVISION, "division by zero")
+        message = "division by zero" if kinds == ["int", "int"] else "float division by zero"  # Python's words
+        fail_unless(_fcmp(fb, "une", b, fb.const(0.0, F64)), abi.EXC_ZERO_DIVISION, message)
         return "float", fb.binary("divf", a, b, F64)
     if fn == "neg":
         if kinds[0] == "float":
@@ -303,6 +308,42 @@ def lower_scalar_op(fb: FunctionBuilder, fn: str, operands: list[Scalar], fail_u
     if fn in ("floordiv", "mod") and "float" in kinds:
         return "float", _float_floordiv_mod(fb, fn, _as_float(fb, operands[0]), _as_float(fb, operands[1]), fail_unless)
     raise exc.LoweringError(f"cannot lower {fn}({', '.join(kinds)}) on symbolic scalars")
+
+
+_EXACT_DOUBLE = 2**53
+
+
+def _fail_beyond_exact_doubles(fb: FunctionBuilder, ints: list[str], fail_unless: FailUnless) -> None:
+    """int / int in f64 equals Python's correctly rounded quotient only while both ints convert to doubles
+    exactly (|n| <= 2**53): beyond that compiled code refuses (a guard misses, the host program raises) rather
+    than return a quotient rounded twice."""
+    for n in ints:
+        exact = fb.binary(
+            "andi", fb.cmp("sle", n, fb.const(_EXACT_DOUBLE)), fb.cmp("sge", n, fb.const(-_EXACT_DOUBLE)), I1
+        )  # fmt: skip
+        fail_unless(exact, abi.EXC_OVERFLOW, "int / int: an operand beyond 2**53 would be rounded before dividing")
+
+
+def lowers_scalar_op(fn: str, kinds: list[str]) -> bool:
+    """Whether `lower_scalar_op` lowers `fn` on operands of these kinds (a dry run on a scratch builder), for
+    capture to decide which symbols can stay symbolic."""
+    fb = FunctionBuilder(ModuleBuilder(), "dry_run", [], I64, 0)
+    try:
+        lower_scalar_op(fb, fn, [(k, f"%{i}") for i, k in enumerate(kinds)], lambda ok, kind, message: None)
+    except exc.LoweringError:
+        return False
+    return True
+
+
+def lowers_condition(expr: sympy.Basic) -> bool:
+    """Whether `SymbolicIntLowering.bool_expr` lowers a guard over int symbols (a dry run, as above)."""
+    fb = FunctionBuilder(ModuleBuilder(), "dry_run", [], I1, 0)
+    env = {s: f"%{s}" for s in expr.free_symbols}
+    try:
+        SymbolicIntLowering(fb, env, lambda ok, kind, message: None).bool_expr(expr)
+    except exc.LoweringError:
+        return False
+    return True
 
 
 def _pow(fb: FunctionBuilder, operands: list[Scalar], fail_unless: FailUnless) -> Scalar:
