@@ -638,7 +638,7 @@ def test_inference_mode_traces_eagers_matmul() -> None:
 
 @pytest.mark.parametrize("dtype, k, v", [
     # `x[k] = v` with a symbolic k: the scalar is converted to the destination's dtype first, as eager does
-    (torch.float16, 2, 1e30),  # eager: a row of inf (fill_ would raise an overflow error)
+    (torch.float16, 2, 1e30),  # eager: a row of inf (torch 2.13), fill_'s overflow error (torch 2.15)
     # eager: RuntimeError from the conversion before the index is checked; capture fails (IndexError from
     # select) and the call runs eagerly
     (torch.int64, 7, math.inf),

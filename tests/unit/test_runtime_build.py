@@ -25,8 +25,7 @@ def test_a_build_announces_its_start_and_its_end_with_the_seconds_taken(
     target.parent.mkdir()
     build._build(target)
     assert target.is_file()
-    # torch's CUDA builds may log their own line when cpp_extension is imported on a machine without CUDA
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trident:")]
+    lines = capsys.readouterr().err.splitlines()  # nothing else: not even torch's CUDA_HOME warning on CPU
     assert len(lines) == 2, lines
     assert lines[0].startswith("trident: building the native runtime for torch ")
     assert re.fullmatch(r"trident: built the native runtime in \d+\.\d s \(.*out\)", lines[1]), lines[1]

@@ -337,15 +337,34 @@ class _TracingMode(TorchFunctionMode):
         if func is torch.Tensor.__setitem__ and _basic_only(args[1]) and _has_symint(args[1]):
             view = _basic_index(args[0], args[1])
             value = args[2]
+            if not isinstance(value, torch.Tensor) and _EAGER_SETITEM_FILLS:
+                view.fill_(value)  # as eager's __setitem__ in torch >= 2.15: fill_.Scalar (raises on overflow)
+                return None
             if not isinstance(value, torch.Tensor):
-                # As eager's __setitem__: the scalar becomes a tensor of the destination's dtype first (1e30 into
-                # float16 is inf, not fill_'s overflow error; inf into int64 raises here, before any indexing).
+                # As eager's __setitem__ before: the scalar becomes a tensor of the destination's dtype first (1e30
+                # into float16 is inf, not fill_'s overflow error; inf into int64 raises here, before any indexing).
                 value = torch.tensor(value, dtype=view.dtype, device=view.device)
             view.copy_(value)
             return None
         result = func(*args, **kwargs)
         self._note_results(result)
         return result
+
+
+def _eager_setitem_fills() -> bool:
+    """Whether eager's `x[i] = scalar` fills with the scalar itself, as torch 2.15 does (fill_.Scalar: 1e30 into
+    a float16 row raises an overflow error), rather than converting it to a tensor of x's dtype first, as torch
+    2.13 does (inf). Asked of eager itself, once at import, outside any trace (a row of 2: fill_ of a single
+    element does not check for overflow)."""
+    probe = torch.zeros(2, 2, dtype=torch.float16)
+    try:
+        probe[0] = 1e30
+    except RuntimeError:
+        return True
+    return False
+
+
+_EAGER_SETITEM_FILLS = _eager_setitem_fills()
 
 
 def _same_batch(a: object, b: object) -> bool:

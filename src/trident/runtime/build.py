@@ -23,6 +23,7 @@ import functools
 import hashlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import shlex
 import shutil
@@ -103,9 +104,16 @@ def _run(command: list[str]) -> None:
 
 
 def _torch_include_dirs() -> list[str]:
-    # Only needed when building; importing cpp_extension costs time that a cached load should not pay.
-    from torch.utils import cpp_extension
-
+    # Only needed when building; importing cpp_extension costs time that a cached load should not pay. A CUDA
+    # build of torch on a machine without CUDA logs a warning about CUDA_HOME on that import, which concerns
+    # CUDA extensions only: the runtime compiles no CUDA code, so the build's own two lines stay the only ones.
+    cpp_extension_log = logging.getLogger("torch.utils.cpp_extension")
+    level = cpp_extension_log.level
+    cpp_extension_log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        cpp_extension_log.setLevel(level)
     return list(cpp_extension.include_paths())
 
 
