@@ -473,3 +473,33 @@ def test_a_users_triton_interpret_is_left_to_triton(tmp_path: object) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["kernel"] == "InterpretedFunction" and result["ok"], result
     assert result["eager_calls"] >= 3, result  # past the cap (two calls) and past a failed capture
+
+
+def test_a_function_registering_operator_kernels_runs_eagerly() -> None:
+    """A function that registers ATen kernels while it runs (flag-gems' `use_gems()` inside a decode step)
+    changes what its own operators compute eagerly; compiled code would call them without the registration.
+    Trident runs such calls eagerly, once warned and remembered, and the result is eager's."""
+
+    def doubled_sin(x: torch.Tensor) -> torch.Tensor:
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.cos.default(x) * 2  # a kernel that differs from aten::sin's own
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        lib = torch.library.Library("aten", "IMPL")
+        try:
+            lib.impl("sin", doubled_sin, "CPU")
+            return torch.sin(x) + 1
+        finally:
+            lib._destroy()
+
+    f = trident.jit(program)
+    x = torch.randn(6)
+    with torch.no_grad(), count_compiles() as compiles, warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert torch.equal(f(x), torch.cos(x) * 2 + 1)
+        assert torch.equal(torch.sin(x), x.sin())  # the registration did not outlive the call
+    assert compiles() == 0 and f._trident.eager_calls == 3  # type: ignore[attr-defined]
+    [message] = trident_warnings(records)
+    assert "registers operator kernels while it runs (torch.library: aten::sin for CPU)" in message
+    assert "DispatcherRegistration" in message
