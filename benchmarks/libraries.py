@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -226,33 +226,12 @@ CASES = [
 # Running one case
 
 
-@contextlib.contextmanager
-def interpreted_launches(device: str) -> Iterator[None]:
-    """Eager Triton launches on CPU tensors through Triton's interpreter (first autotune config), as Trident's
-    CPU path runs them. No-op on CUDA."""
-    if device != "cpu":
-        yield
-        return
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-    from triton.runtime.autotuner import Autotuner, Heuristics
-    from triton.runtime.jit import JITFunction
+def interpreted_launches(device: str) -> contextlib.AbstractContextManager[None]:
+    """Eager Triton launches on CPU tensors through Triton's interpreter, exactly as Trident's own eager calls
+    run them (trident/eager.py); no-op on CUDA."""
+    from trident.capture.triton_launches import interpret_cpu_launches
 
-    from trident.capture.triton_launches import run_recorded_launch_on_cpu
-
-    def run(self: Any, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> None:
-        named = {**dict(zip(self.arg_names, args)), **kwargs}
-        run_recorded_launch_on_cpu(kernel_side_table.add_kernel(self), kernel_side_table.add_constant_args(named),
-                                   grid, {}, {})
-
-    classes = (JITFunction, Autotuner, Heuristics)
-    saved = [cls.__dict__["run"] for cls in classes]
-    for cls in classes:
-        cls.run = run  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for cls, original in zip(classes, saved):
-            cls.run = original  # type: ignore[method-assign]
+    return interpret_cpu_launches() if device == "cpu" else contextlib.nullcontext()
 
 
 @triton.jit

@@ -53,6 +53,14 @@ class LazyEntry:
     def _first_call(self, *args: object, **kwargs: object) -> object:
         return self._trident.entry(*args, **kwargs)
 
+    def __getattr__(self, name: str) -> object:
+        # The entry's own methods (hits(), try_call(), ...), as on the entry trident.jit returns once the runtime
+        # is loaded; they make the entry (and so build the runtime) as a call would. Dunder and private names are
+        # left alone: introspection (inspect.signature, copy, pickle probes) must not build anything.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._trident.entry, name)
+
     def __get__(self, obj: object, objtype: type | None = None) -> object:
         # Jitted in a class body: bind like a function (instance.f(x) calls f(instance, x)), as the entry does.
         return self if obj is None else functools.partial(self, obj)

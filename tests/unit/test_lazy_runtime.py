@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import torch
+
 from trident.runtime import runtime_library_path
 
 CHILD = textwrap.dedent(
@@ -58,3 +60,20 @@ def test_decorating_builds_nothing_and_the_first_call_builds(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "ok"
     assert list(tmp_path.glob("runtime/*/_trident_runtime.so"))  # the first call built (copied) into the empty cache
+
+
+def test_a_lazy_entry_answers_for_its_native_entry() -> None:
+    """Before its first call a LazyEntry has no native entry; the entry's methods (hits(), ...) are still there,
+    made on use, while introspection of private and dunder names builds nothing."""
+    from trident.lazy_entry import LazyEntry
+
+    def double(x):  # type: ignore[no-untyped-def]
+        return x * 2
+
+    lazy = LazyEntry.wrapping(double)
+    assert not hasattr(lazy, "__signature__") and type(lazy)._jit is None
+    assert lazy.hits() == []  # made on use: no specialization yet
+    x = torch.randn(3)
+    with torch.no_grad():
+        assert torch.equal(lazy(x), x * 2)
+    assert lazy.hits() == [1]
