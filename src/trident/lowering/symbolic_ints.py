@@ -19,6 +19,7 @@ import sympy
 from torch.utils._sympy import functions as torch_sympy
 
 from .. import exc
+from ..capture.specialize import is_float_symbol
 from ..ir.mlir_text import F64, I1, I64, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 
@@ -45,9 +46,13 @@ def checked_int_op(fb: FunctionBuilder, op: str, a: str, b: str, fail_unless: Fa
 
 
 class SymbolicIntLowering:
-    def __init__(self, fb: FunctionBuilder, env: dict[sympy.Symbol, str], fail_unless: FailUnless) -> None:
+    def __init__(
+        self, fb: FunctionBuilder, env: dict[sympy.Symbol, str], fail_unless: FailUnless,
+        floats: dict[sympy.Symbol, str] | None = None,
+    ) -> None:  # fmt: skip
         self.fb = fb
-        self.env = env  # symbol -> i64 SSA value
+        self.env = env  # int symbol -> i64 SSA value
+        self.floats = floats or {}  # float symbol (a traced Python float) -> f64 SSA value
         self.fail_unless = fail_unless
         # Lowered subexpressions: sympy does not share them (triton.next_power_of_2 of a size is a tree
         # that repeats each level), so without this the emitted code would grow exponentially.
@@ -107,6 +112,10 @@ class SymbolicIntLowering:
         fb = self.fb
         if isinstance(expr, sympy.Number):
             return fb.const(float(expr), F64)
+        if is_float_symbol(expr):
+            if expr not in self.floats:
+                raise exc.LoweringError(f"symbol {expr} is not bound to any input property")
+            return self.floats[expr]
         if not is_float_expr(expr):
             return _as_float(fb, ("int", self.int_expr(expr)))
         if isinstance(expr, torch_sympy.ToFloat):
@@ -171,38 +180,12 @@ def python_mod(fb: FunctionBuilder, a: str, b: str) -> str:
     return fb.binary("subi", a, fb.binary("muli", q, b))
 
 
-_FLOAT_PREDICATES = {
-    sympy.StrictLessThan: "olt", sympy.LessThan: "ole", sympy.StrictGreaterThan: "ogt", sympy.GreaterThan: "oge",
-    sympy.Ne: "une",
-}  # fmt: skip
-
-
-def float_relation(fb: FunctionBuilder, expr: sympy.Basic, env: dict[sympy.Symbol, str]) -> str:
-    """An i1 for a relation over float symbols (f64 SSA values in env) of the one form the tracer keeps symbolic
-    (capture/specialize.py): a symbol compared with a number, or and/or/not of such comparisons. The comparison
-    is the one Python made on the double at capture, with IEEE semantics (NaN compares unequal)."""
-    if isinstance(expr, (sympy.And, sympy.Or)):
-        op = "andi" if isinstance(expr, sympy.And) else "ori"
-        values = [float_relation(fb, a, env) for a in expr.args]
-        result = values[0]
-        for v in values[1:]:
-            result = fb.binary(op, result, v, I1)
-        return result
-    if isinstance(expr, sympy.Not):
-        return fb.not_(float_relation(fb, expr.args[0], env))
-    predicate = _FLOAT_PREDICATES.get(type(expr))
-    if predicate is None:
-        raise exc.LoweringError(f"cannot lower float condition {expr} ({type(expr).__name__})")
-    a, b = (_float_operand(fb, side, env) for side in expr.args)
-    return _fcmp(fb, predicate, a, b)
-
-
 _ORDERED = {"eq": "oeq", "ne": "une", "slt": "olt", "sle": "ole", "sgt": "ogt", "sge": "oge"}
 
 
 def is_float_expr(expr: sympy.Basic) -> bool:
-    """Whether a ShapeEnv expression denotes a Python float (torch's float-valued sympy functions)."""
-    if isinstance(expr, sympy.Float) or type(expr).__name__.startswith("OpaqueUnaryFn_"):
+    """Whether a ShapeEnv expression denotes a Python float (a float symbol, torch's float-valued functions)."""
+    if isinstance(expr, sympy.Float) or is_float_symbol(expr) or type(expr).__name__.startswith("OpaqueUnaryFn_"):
         return True
     if isinstance(expr, (torch_sympy.ToFloat, torch_sympy.IntTrueDiv, torch_sympy.FloatTrueDiv, torch_sympy.FloatPow)):
         return True
@@ -456,14 +439,6 @@ def _fcmp(fb: FunctionBuilder, predicate: str, a: str, b: str) -> str:
     name = fb.fresh("ok")
     fb.emit(f"{name} = arith.cmpf {predicate}, {a}, {b} : f64")
     return name
-
-
-def _float_operand(fb: FunctionBuilder, expr: sympy.Basic, env: dict[sympy.Symbol, str]) -> str:
-    if isinstance(expr, sympy.Symbol) and expr in env:
-        return env[expr]
-    if isinstance(expr, sympy.Number):
-        return fb.const(float(expr), F64)
-    raise exc.LoweringError(f"cannot lower float operand {expr} ({type(expr).__name__})")
 
 
 def _is_finite(fb: FunctionBuilder, value: str) -> str:
