@@ -94,6 +94,20 @@ def decode_loop(build: Callable[[str], Callable[..., Any]], inputs: Callable[[in
     return jitted
 
 
+def _tiny_llama(transformers: Any, device: str) -> tuple[Any, Any]:
+    """A one-layer Hugging Face Llama (seeded weights, eval) and its fp32 StaticCache of MAX_LEN positions."""
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=MAX_LEN, tie_word_embeddings=True)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(device).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    cache.early_initialization(batch_size=1, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
+                               dtype=torch.float32, device=device)
+    return model, cache
+
+
 def _fallback_launches(jitted: Any) -> int:
     return sum(getattr(site, "fallback_launches", 0) for site in triton_launch_sites(jitted))
 
@@ -146,17 +160,9 @@ def test_liger_llama_static_cache(device: str, interpreter_gaps: None, monkeypat
         monkeypatch.setattr(modeling_llama, name, getattr(modeling_llama, name))
     apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                 fused_linear_cross_entropy=False)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      max_position_embeddings=MAX_LEN, tie_word_embeddings=True)
-    config._attn_implementation = "sdpa"
 
     def build(device: str) -> Callable[..., Any]:
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(config).to(device).eval()
-        cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
-        cache.early_initialization(batch_size=1, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
-                                   dtype=torch.float32, device=device)
+        model, cache = _tiny_llama(transformers, device)
 
         def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
             return model(input_ids=tokens, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
@@ -270,16 +276,9 @@ def test_conch_paged_attention(device: str) -> None:
 def test_flag_gems_llama_decode_step() -> None:
     flag_gems = need("flag_gems")
     transformers = need("transformers")
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      max_position_embeddings=MAX_LEN, tie_word_embeddings=True)
-    config._attn_implementation = "sdpa"
 
     def build(device: str) -> Callable[..., Any]:
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(config).to(device).eval()
-        cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
-        cache.early_initialization(batch_size=1, num_heads=2, head_dim=16, dtype=torch.float32, device=device)
+        model, cache = _tiny_llama(transformers, device)
 
         def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
             with flag_gems.use_gems():
