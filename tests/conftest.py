@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -10,6 +11,9 @@ import torch
 # suite, whatever the shell says (set before trident reads its knobs); tests/cache turns it on with their own
 # folders.
 os.environ["TRIDENT_DISK_CACHE"] = "0"
+# Strict: a call that runs eagerly fails its test unless the test wraps it in trident.testing.expect_fallback()
+# (an eager result always equals eager, so a silent fallback would let a broken compiler pass).
+os.environ["TRIDENT_STRICT"] = "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -24,3 +28,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_fallback() -> Iterator[None]:
+    """Fails a test in which a strict-mode violation happened even if the code under test caught the
+    UnexpectedFallback (a harness comparing exceptions with eager's, a worker thread)."""
+    import trident.testing
+
+    before = len(trident.testing.unexpected_fallbacks())
+    yield
+    new = trident.testing.unexpected_fallbacks()[before:]
+    if new:
+        pytest.fail("unexpected eager fallback(s): " + "; ".join(f"'{e.function}': {e.reason}" for e in new))

@@ -32,7 +32,7 @@ from .capture.guards import GuardSet, build_guards, describe_guards, first_failu
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
-from .fallback import EagerFallbacks
+from .fallback import EagerFallbacks, report_fallback
 from .knobs import knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
@@ -253,6 +253,7 @@ class JitFunction:
     def _run_eagerly(self, reason: str, args: Sequence[object], kwargs: dict[str, object]) -> object:
         self.eager_calls += 1
         self.eager_reason = reason
+        report_fallback(self.name, reason)  # strict mode (tests) raises here
         if reason not in self._warned:
             self._warned.add(reason)
             warnings.warn(f"trident: {reason}", stacklevel=3)

@@ -18,6 +18,7 @@ as well (`explain` shows the entry as "any <type>").
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Hashable
 
 from .capture.guards import current_function_modes, current_global_state
@@ -107,3 +108,39 @@ class EagerFallbacks:
 def _any_objects(facts: CallFacts) -> str:
     objects = [leaf for leaf in facts.leaves if leaf.kind is LeafKind.OBJECT]
     return ", ".join(f"'{leaf.path.name}' any {type(leaf.value).__name__}" for leaf in objects)
+
+
+# -- strict mode (tests): an eager fallback nobody expected is an error ---------------------------------------------
+class UnexpectedFallback(AssertionError):
+    """Raised in strict mode (TRIDENT_STRICT=1, trident.testing.strict()) when a call runs eagerly outside
+    trident.testing.expect_fallback(). An AssertionError: it is a test failure, not a Trident diagnosis."""
+
+
+@dataclasses.dataclass
+class FallbackEvent:
+    function: str
+    reason: str
+
+
+_events: list[FallbackEvent] = []  # every eager fallback of this process, in order (tests read slices of it)
+_unexpected: list[FallbackEvent] = []  # strict violations, kept even where a caller swallowed the exception
+_expecting = 0  # depth of expect_fallback()/allow_fallback() blocks; a global, so threads a test starts see it
+_lock = threading.Lock()
+
+
+def report_fallback(function: str, reason: str) -> None:
+    """Called by the driver each time a call runs eagerly (not for TRIDENT_DISABLE, not for eager's own
+    TypeError on a wrong call). In strict mode outside an expected block, raises UnexpectedFallback."""
+    from .knobs import knobs
+
+    event = FallbackEvent(function, reason)
+    with _lock:
+        _events.append(event)
+        unexpected = knobs.strict and _expecting == 0
+        if unexpected:
+            _unexpected.append(event)
+    if unexpected:
+        raise UnexpectedFallback(
+            f"trident strict mode: '{function}' ran eagerly: {reason}. A test that means to exercise the eager "
+            "fallback wraps the call in trident.testing.expect_fallback()"
+        )

@@ -58,6 +58,9 @@ class Knobs:
     # TRIDENT_PRIVATE_VIEWS=0: views of a call's own intermediates keep autograd's view metadata (for bisecting;
     # lowering/aliasing.py says why they need none).
     private_views: bool = True
+    # TRIDENT_STRICT=1 (tests): a call that runs eagerly raises trident.testing.UnexpectedFallback instead of
+    # warning, unless inside trident.testing.expect_fallback() (the test suite sets it in its conftest).
+    strict: bool = False
 
 
 def _read() -> Knobs:
@@ -76,6 +79,7 @@ def _read() -> Knobs:
         buffer_pool_mb=float(os.environ.get("TRIDENT_BUFFER_POOL_MB", "256")),
         matmul_plans=_flag_on_unless_off("TRIDENT_MATMUL_PLANS"),
         private_views=_flag_on_unless_off("TRIDENT_PRIVATE_VIEWS"),
+        strict=_flag("TRIDENT_STRICT"),
     )
 
 
@@ -94,6 +98,8 @@ KNOB_DOCS = {
     "cuBLASLt plan verified against ATen's bits (default on)",
     "TRIDENT_PRIVATE_VIEWS": "0: views of a call's own intermediates are made through autograd's layers like other "
     "views (default on: below them)",
+    "TRIDENT_STRICT": "1 (tests): a call that runs eagerly raises instead of warning, unless the test expects it "
+    "(trident.testing.expect_fallback)",
 }
 
 knobs = _read()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from .fallback import FallbackEvent, UnexpectedFallback  # re-exported for tests
+
 
 @contextlib.contextmanager
 def count_compiles() -> Iterator[Callable[[], int]]:
@@ -22,3 +24,67 @@ def triton_launch_sites(fn: Callable[..., object]) -> list[object]:
     if jitted is None:
         raise TypeError(f"triton_launch_sites: expected a trident.jit function, got {type(fn).__name__}")
     return [site for spec in jitted.specializations for site in spec.compiled.launch_sites]
+
+
+# -- strict mode: a test fails when a call runs eagerly unless the test says it expects that ------------------------
+@contextlib.contextmanager
+def strict(enabled: bool = True) -> Iterator[None]:
+    """Inside, a jitted call that runs eagerly raises UnexpectedFallback (what TRIDENT_STRICT=1 sets for a whole
+    process), except inside expect_fallback()/allow_fallback()."""
+    from .knobs import override
+
+    with override(strict=enabled):
+        yield
+
+
+@contextlib.contextmanager
+def allow_fallback() -> Iterator[list[FallbackEvent]]:
+    """Eager fallbacks are allowed inside; yields the list of those that happened (filled as they happen).
+    For harnesses that assert on the share themselves (the fuzz)."""
+    from . import fallback
+
+    with fallback._lock:
+        fallback._expecting += 1
+        start = len(fallback._events)
+    seen: list[FallbackEvent] = []
+    try:
+        yield seen
+    finally:
+        with fallback._lock:
+            fallback._expecting -= 1
+            seen.extend(fallback._events[start:])
+    # events appended after the block are not part of it; threads still running may add late ones
+
+
+@contextlib.contextmanager
+def expect_fallback(match: str = "", *, function: str | None = None) -> Iterator[list[FallbackEvent]]:
+    """The block must run at least one call eagerly whose reason contains `match` (and, given `function`, of
+    that jitted function); any fallback inside is allowed. Fails with AssertionError otherwise."""
+    with allow_fallback() as seen:
+        yield seen
+    matching = [e for e in seen if match in e.reason and (function is None or e.function == function)]
+    if not matching:
+        got = "; ".join(f"'{e.function}': {e.reason}" for e in seen) or "no eager fallback at all"
+        raise AssertionError(f"expected an eager fallback whose reason contains {match!r}; got {got}")
+
+
+def unexpected_fallbacks() -> list[FallbackEvent]:
+    """Strict-mode violations so far, including those whose UnexpectedFallback a caller caught."""
+    from . import fallback
+
+    with fallback._lock:
+        return list(fallback._unexpected)
+
+
+def fallback_events() -> list[FallbackEvent]:
+    """Every eager fallback of this process so far (function, reason), in order."""
+    from . import fallback
+
+    with fallback._lock:
+        return list(fallback._events)
+
+
+__all__ = [
+    "FallbackEvent", "UnexpectedFallback", "allow_fallback", "count_compiles", "expect_fallback",
+    "fallback_events", "strict", "triton_launch_sites", "unexpected_fallbacks",
+]

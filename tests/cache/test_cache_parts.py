@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
+import sys
 import types
 
 import pytest
@@ -116,6 +118,23 @@ def test_cycles_and_depth() -> None:
         deep = [deep]
     with pytest.raises(Unfingerprintable, match="nested more than"):
         digest(deep)
+
+
+def test_recursion_limit_is_unfingerprintable_not_an_error() -> None:
+    """State nested within DEPTH_LIMIT can still exceed the frames Python has left (a caller deep in its stack, a
+    library's module state walked as user code: flag-gems' on the H200 raised RecursionError out of the first
+    call). The walk says the state is unfingerprintable (not persisted) instead."""
+    nested: object = 0
+    for _ in range(fingerprint.DEPTH_LIMIT - 5):
+        nested = {"next": nested}
+    StateWalk().walk_root(("arg", "x"), nested)  # fits with the default limit
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 60)
+    try:
+        with pytest.raises(Unfingerprintable, match="recursion limit"):
+            StateWalk().walk_root(("arg", "x"), nested)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _code(source: str, name: str) -> types.CodeType:

@@ -146,7 +146,15 @@ class StateWalk:
 
     def walk_root(self, root: Path, value: object) -> None:
         self._emit("root", root)
-        self._walk(value, (root,), 0)
+        try:
+            self._walk(value, (root,), 0)
+        except RecursionError:
+            # DEPTH_LIMIT bounds the nesting, but not the frames the caller already holds or a lowered limit; a
+            # library reached as user code (one outside LIBRARY_PACKAGES, such as flag-gems' module state) can
+            # nest that far. Not persisting is always correct; a RecursionError out of a call is not.
+            raise Unfingerprintable(
+                f"the state reachable from {format_path((root,))} nests deeper than Python's recursion limit allows"
+            ) from None
 
     def walk_missing_root(self, root: Path, why: str) -> None:
         """A root that does not exist in this process: hashed as such, so it never matches one that does."""
