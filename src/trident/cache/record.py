@@ -30,7 +30,7 @@ from ..capture.trace import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-7\n"  # 7: GuardSet.attributes and constant_labels (module state)
+MAGIC = b"TRIDENT-SPEC-8\n"  # 8: AttributeGuard.keys (an iterated container's children)
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 

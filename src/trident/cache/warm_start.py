@@ -522,6 +522,8 @@ def _object_recipe(
         return ConstantRecipe("argument", identity_paths[id(obj)]), None
     if type(obj) in SCALAR_TYPES:
         return ConstantRecipe("value", value=obj), None
+    if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)
+        return ConstantRecipe("value", value=obj), None
     if is_buffer_pool(obj):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None  # type: ignore[attr-defined]
     if launch_sites.is_launch_site(obj):

@@ -156,7 +156,9 @@ class AttributeGuard:
     """Module state the function read while it was captured (capture/module_state.py): entry `name` of `owner`'s
     instance __dict__ (a module's `training`, `eps`, ...), or with `in_dict`, item `name` of the dict `owner` (a
     module's _parameters, _buffers or _modules), is still what capture saw: the same bool/int/float/None value,
-    the same object otherwise (a parameter rebound, a submodule replaced), or still absent (ABSENT)."""
+    the same object otherwise (a parameter rebound, a submodule replaced), or still absent (ABSENT).
+    With `keys`, the dict `owner` holds exactly these keys in this order (the children of an iterated container,
+    which a program ran one by one: one added, removed or moved changes what it computes); name/kind/value unused."""
 
     label: str  # how the user names it: "layers.0.drop.training"
     owner: object
@@ -164,6 +166,7 @@ class AttributeGuard:
     in_dict: bool
     kind: LeafKind  # BOOL, INT, FLOAT, NONE: compared by value; OBJECT: by identity
     value: object
+    keys: tuple[str, ...] | None = None
 
     def current(self) -> object:
         """The entry now (ABSENT if there is none), read as the native guard reads it: no descriptors."""
@@ -177,6 +180,8 @@ class AttributeGuard:
         return store.get(self.name, ABSENT) if isinstance(store, Mapping) else ABSENT
 
     def describe(self) -> str:
+        if self.keys is not None:
+            return f"{self.label}: keys {list(self.keys)} in this order"
         if self.value is ABSENT:
             return f"{self.label}: absent"
         if self.kind is LeafKind.OBJECT:
@@ -184,6 +189,9 @@ class AttributeGuard:
         return f"{self.label}: {self.kind.value} == {self.value!r}"
 
     def failure(self) -> str | None:
+        if self.keys is not None:
+            now_keys = tuple(self.owner) if isinstance(self.owner, dict) else None
+            return None if now_keys == self.keys else f"{self.label}: keys changed since capture ({now_keys})"
         now = self.current()
         if self.value is ABSENT:
             return None if now is ABSENT else f"{self.label}: added since capture"

@@ -12,8 +12,8 @@ pairs read on the capturing thread (other threads read through it unrecorded); i
 capture ends, so no module read pays for it otherwise. Recorded are
   - entries of a module's instance __dict__ (not nn.Module's own bookkeeping: hook dicts and the like);
   - parameters, buffers and submodules, which nn.Module.__getattr__ finds in _parameters/_buffers/_modules;
-  - for a ModuleList / Sequential / ModuleDict whose children were iterated or indexed: each child, and for
-    numbered children that no child was appended.
+  - for a ModuleList / Sequential / ModuleDict whose children were iterated or indexed: each child, and its
+    keys in order (none added, removed or moved).
   - hooks: each hook present at capture, and one process-wide counter of hook registrations (hook_guards).
 Not guarded (fixed at capture, as README states): contents of other mutable containers (lists, dicts) a module
 holds, attributes reached through a class's own __getattribute__.
@@ -30,7 +30,7 @@ import torch.fx
 import torch.utils.hooks
 from torch import nn
 
-from .guards import ABSENT, AttributeGuard
+from .guards import AttributeGuard
 from .inputs import LeafKind, classify
 
 # nn.Module's own bookkeeping (hook dicts, _parameters, ...): read on every module call, not program state.
@@ -54,6 +54,7 @@ class Read:
     in_dict: bool
     value: object  # ABSENT: the entry must stay absent
     store: str = ""  # for a dict item read directly (hooks, a container's children): the dict's attribute name
+    keys: tuple[str, ...] | None = None  # an iterated container's children: owner holds exactly these keys
 
 
 class ModuleReads:
@@ -66,12 +67,13 @@ class ModuleReads:
         # (not their ids) so that an id cannot be reused by another module before the capture ends.
         self.created: list[nn.Module] = []
 
-    def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object, store: str = "") -> None:
+    def note(self, module: nn.Module, owner: object, name: str, in_dict: bool, value: object, store: str = "",
+             keys: tuple[str, ...] | None = None) -> None:
         if type(module) is nn.Module or isinstance(module, torch.fx.GraphModule):
             return  # make_fx's own modules (its tracer's root, graph modules), not the user's state
         if any(module is made for made in self.created):
             return
-        self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store))
+        self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store, keys))
 
     def guards(self, module_paths: dict[int, str]) -> list[AttributeGuard]:
         out = hook_guards() if self.reads else []
@@ -79,6 +81,9 @@ class ModuleReads:
             where = module_paths.get(id(read.module), f"<{type(read.module).__name__} object>")
             name = f"{read.store}[{read.name!r}]" if read.store else read.name
             label = f"{where}.{name}" if where else name
+            if read.keys is not None:
+                out.append(AttributeGuard(where or "<module>", read.owner, "", True, LeafKind.NONE, None, read.keys))
+                continue
             kind = classify(read.value)
             beyond_int64 = kind is LeafKind.INT and not -(2**63) <= read.value < 2**63  # type: ignore[operator]
             if kind is LeafKind.TENSOR or beyond_int64:  # compared by identity, as compiled code cannot hold them
@@ -148,8 +153,9 @@ def _note_attribute(reads: ModuleReads, module: nn.Module, name: str, value: obj
     if name == "_modules" and isinstance(module, _CONTAINERS):  # its children are iterated or indexed
         for key, child in value.items():  # type: ignore[attr-defined]
             reads.note(module, value, key, True, child)
-        if all(key.isdigit() for key in value):  # type: ignore[attr-defined]
-            reads.note(module, value, str(len(value)), True, ABSENT)  # type: ignore[arg-type]
+        # Which children, in which order: a ModuleDict's child added under a new name (or one removed and added
+        # back at the end) changes what iterating it runs, and no per-child guard sees that.
+        reads.note(module, value, "<keys>", True, None, keys=tuple(value))  # type: ignore[arg-type]
         return
     if name in _HOOK_DICTS:  # hooks present at capture ran in it: each must stay (new ones: hook_guards)
         for key, hook in value.items():  # type: ignore[attr-defined]

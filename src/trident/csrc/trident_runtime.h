@@ -111,6 +111,7 @@ TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name);
 /* Borrowed value of `key` in `dict` (a dict or dict subclass, read as a plain dict), or NULL when dict is not a
  * dict or has no such key. Never raises. */
 TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key);
+TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
 
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2

@@ -71,6 +71,23 @@ TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key) {
   return value;
 }
 
+TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys) {
+  // The dict's keys are exactly `keys` (a tuple of str), in order: a ModuleDict iterated at capture must still
+  // hold the children it held, in the order the program ran them. Keys are str, so comparing runs no user code.
+  if (!PyDict_Check(dict) || PyDict_GET_SIZE(dict) != PyTuple_GET_SIZE(keys)) return 0;
+  Py_ssize_t position = 0, index = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(dict, &position, &key, &value)) {
+    PyObject* expected = PyTuple_GET_ITEM(keys, index++);
+    if (key == expected) continue;
+    if (!PyUnicode_CheckExact(key) || PyUnicode_Compare(key, expected) != 0) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  return 1;
+}
+
 TRIDENT_API PyObject* trident_new_ref(PyObject* obj) {
   Py_INCREF(obj);
   return obj;

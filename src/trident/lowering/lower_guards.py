@@ -142,6 +142,11 @@ def _address(fb: FunctionBuilder, ptr: str) -> str:
 def _lower_attribute(fb: FunctionBuilder, access: LeafAccess, pool: ConstantPool, ag: AttributeGuard) -> None:
     """Read the entry without running Python (trident_instance_attribute / trident_dict_item: NULL when absent),
     then compare it as an argument of its kind, or by address."""
+    if ag.keys is not None:
+        same = fb.call(abi.DICT_KEYS_ARE, [access.constant(pool.add(ag.owner)), access.constant(pool.add(ag.keys))])
+        assert same is not None
+        fb.check_nonzero(same)
+        return
     reader = abi.DICT_ITEM if ag.in_dict else abi.INSTANCE_ATTRIBUTE
     value = fb.call(reader, [access.constant(pool.add(ag.owner)), access.constant(pool.add(ag.name))])
     assert value is not None
