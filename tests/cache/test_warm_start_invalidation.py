@@ -58,7 +58,8 @@ with torch.no_grad(), count_compiles() as compiles:
     out = jitted(x, y)
     again = jitted(x, y)
 report(compiles(), ok=bool(torch.allclose(out, reference(x, y) + 1) and torch.equal(out, again)),
-       hits=list(jitted._trident.entry.hits()), eager_calls=jitted._trident.eager_calls, explain=trident.explain(jitted))
+       hits=list(jitted._trident.entry.hits()), eager_calls=jitted._trident.eager_calls,
+       explain=trident.explain(jitted))
 """
 
 V1 = {"decorator": "@triton.jit", "helper_op": "+", "scale": 2}
