@@ -80,6 +80,51 @@ def test_cpu_autocast_change_recompiles_and_switching_back_hits() -> None:
         assert (compiles(), hits(jitted)) == (2, [2, 2])
 
 
+def test_autocast_dtype_change_recompiles() -> None:
+    """The casts a capture records follow autocast's dtype: one captured under bfloat16 must not run under
+    float16 (it would return bfloat16 where eager returns float16)."""
+    w = torch.randn(8, 16)
+
+    def program(x):  # type: ignore[no-untyped-def]
+        h = torch.nn.functional.linear(x, w)
+        return h + torch.zeros(8, dtype=h.dtype)  # h.dtype is read at capture: the bfloat16 is baked in
+
+    jitted = trident.jit(program)
+    x = torch.randn(4, 16)
+    with torch.no_grad(), count_compiles() as compiles:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            same(jitted(x), program(x))
+        with torch.autocast("cpu", dtype=torch.float16):
+            actual, expected = jitted(x), program(x)
+        assert expected.dtype == torch.float16
+        same(actual, expected)
+        assert (compiles(), hits(jitted)) == (2, [1, 1])
+        assert "autocast on (cpu float16)" in trident.explain(jitted), trident.explain(jitted)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            same(jitted(x), program(x))
+        assert (compiles(), hits(jitted)) == (2, [2, 1])
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_does_not_stand_for_cpu_autocast() -> None:
+    """Captured under CUDA autocast, CPU tensors record no casts; under CPU autocast eager casts them."""
+    w = torch.randn(8, 16)
+
+    def program(x):  # type: ignore[no-untyped-def]
+        return torch.nn.functional.linear(x, w) * 2
+
+    jitted = trident.jit(program)
+    x = torch.randn(4, 16)
+    with torch.no_grad(), count_compiles() as compiles:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            same(jitted(x), program(x))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            actual, expected = jitted(x), program(x)
+        assert expected.dtype == torch.bfloat16
+        same(actual, expected)
+    assert (compiles(), hits(jitted)) == (2, [1, 1])
+
+
 def test_conj_bit_input_gets_its_own_specialization() -> None:
     def program(x):  # type: ignore[no-untyped-def]
         return x * 2, x.resolve_conj()  # both read the conj bit: a specialization compiled without it would drop it
