@@ -274,7 +274,17 @@ def current_global_state() -> int:
         | int(torch.is_inference_mode_enabled()) << 2
         | torch_function_disabled_state() << 3
         | dtype_code(torch.get_default_dtype()) << 8
+        | autocast_code("cpu") << 16
+        | autocast_code("cuda") << 24
     )
+
+
+def autocast_code(device_type: str) -> int:
+    """1 + the dtype code autocast casts to on `device_type`, or 0 when it is off there (as the runtime's
+    trident_global_state packs it): the casts a capture records follow that dtype and device type."""
+    if not torch.is_autocast_enabled(device_type):
+        return 0
+    return 1 + dtype_code(torch.get_autocast_dtype(device_type))
 
 
 def current_function_modes() -> list[object]:
@@ -307,12 +317,24 @@ def describe_function_modes(modes: Sequence[object]) -> str:
     )
 
 
+def _describe_autocast(state: int) -> str:
+    code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
+    casts = [
+        f"{device} {str(code_to_dtype.get(code - 1, f'dtype#{code - 1}')).removeprefix('torch.')}"
+        for device, code in (("cpu", (state >> 16) & 0xFF), ("cuda", (state >> 24) & 0xFF))
+        if code
+    ]
+    if casts:
+        return "on (" + ", ".join(casts) + ")"
+    return "on" if state & 2 else "off"
+
+
 def describe_global_state(state: int) -> str:
     code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
     dtype = code_to_dtype.get((state >> 8) & 0xFF, f"dtype#{(state >> 8) & 0xFF}")
     torch_functions = (state >> 3) & 3
     return (
-        f"grad {'on' if state & 1 else 'off'}, autocast {'on' if state & 2 else 'off'}, "
+        f"grad {'on' if state & 1 else 'off'}, autocast {_describe_autocast(state)}, "
         f"inference mode {'on' if state & 4 else 'off'}, "
         + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions else "")
         + f"default dtype {str(dtype).removeprefix('torch.')}"

@@ -30,6 +30,8 @@ import torch
 import torch.fx
 from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
 
+from .. import exc
+
 GridTuple = tuple[Any, ...]
 Grid = GridTuple | Callable[[dict[str, Any]], GridTuple]
 
@@ -264,6 +266,7 @@ def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, *args, **kwargs)
         grid = kwargs.pop("grid")
         kwargs.pop("warmup", None)
+        _refuse_tensor_holders(self, args, kwargs)
         _flags.rerouting = True
         try:
             kernel = _apply_heuristics(compiled_form(self), args, kwargs)
@@ -273,6 +276,22 @@ def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
 
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
+
+
+def _refuse_tensor_holders(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise UnsupportedArgument for a launch argument that holds a tensor without being one (a host-side
+    `TensorDescriptor`): torch records it as a constant, so compiled code would launch every call with the
+    descriptor of the capture's fake tensor. The call runs eagerly instead, through Triton's launcher."""
+    names = getattr(kernel, "arg_names", None) or [f"#{i}" for i in range(len(args))]
+    for name, value in [*zip(names, args), *kwargs.items()]:
+        if isinstance(value, torch.Tensor) or not hasattr(value, "__dict__"):
+            continue
+        if any(isinstance(v, torch.Tensor) for v in vars(value).values()):
+            raise exc.UnsupportedArgument(
+                f"Triton kernel '{getattr(kernel, '__name__', kernel)}' gets argument '{name}' of type "
+                f"{type(value).__name__}, which holds a tensor (a host-side tensor descriptor?); compiled code "
+                "passes only tensors and scalars to kernels, so calls making it run eagerly"
+            )
 
 
 def _trace_into_triton_ops() -> None:

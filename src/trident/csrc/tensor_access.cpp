@@ -51,6 +51,13 @@ bool any_autocast_enabled() {
   return false;
 }
 
+// 1 + the ScalarType autocast casts to on this device type, or 0 when autocast is off there (guards.py
+// autocast_code computes the same from Python).
+int64_t autocast_code(c10::DeviceType device_type) {
+  if (!at::autocast::is_autocast_available(device_type) || !at::autocast::is_autocast_enabled(device_type)) return 0;
+  return 1 + static_cast<int64_t>(at::autocast::get_autocast_dtype(device_type));
+}
+
 }  // namespace
 
 void trident::set_tensor_types(PyTypeObject* tensor, PyTypeObject* parameter) {
@@ -136,6 +143,11 @@ TRIDENT_API int64_t trident_global_state(void) {
     // torch._C.DisableTorchFunction(Subclass): 0 enabled, 1 subclasses disabled, 2 all disabled (modes too).
     state |= static_cast<int64_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) << 3;
     state |= static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) << 8;
+    // The dtype CPU and CUDA autocast cast to (0: that autocast is off): a capture bakes the casts in, so a
+    // specialization captured under autocast(dtype=bfloat16) must not run under autocast(dtype=float16), nor
+    // one captured under CUDA autocast for CPU tensors under CPU autocast.
+    state |= autocast_code(c10::DeviceType::CPU) << 16;
+    state |= autocast_code(c10::DeviceType::CUDA) << 24;
     return state;
   } catch (...) {
     // Cannot happen for the queries above; -1 matches no compiled state, so the call misses.
