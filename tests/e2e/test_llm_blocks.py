@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_native import CompileCountMismatch, assert_compile_count, assert_native, jit_state
+from helpers_native import CompileCountMismatch, assert_compile_count, assert_native
 from torch import nn
 
 import trident
