@@ -1,11 +1,13 @@
 """One rank of tests/distributed/test_functional_collectives.py: run every case, print one JSON line of results.
 
-Started twice by the test (RANK 0 and 1, gloo on CPU). Every case compares the jitted function with eager
-PyTorch on this rank and counts compiles; the test asserts on the JSON of both ranks."""
+Started twice by the test (RANK 0 and 1, gloo on CPU, TRIDENT_STRICT=1 as in the suite: an eager fallback
+raises). Every case compares the jitted function with eager PyTorch on this rank and counts compiles, native
+hits and eager calls; the test asserts on the JSON of both ranks."""
 from __future__ import annotations
 
 import json
 import os
+import traceback
 from pathlib import Path
 
 import torch
@@ -13,6 +15,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 import trident
+import trident.testing
 from trident.testing import count_compiles
 
 results: dict[str, object] = {}
@@ -22,20 +25,25 @@ def case(name):
     def run(fn):
         try:
             results[name] = fn()
-        except Exception as e:  # report, so the other cases still run and the test says which one broke
-            results[name] = {"error": f"{type(e).__name__}: {e}"}
+        except Exception as e:  # noqa: BLE001 -- reported as it is (type, message, where), so the other cases
+            # still run; the test fails on any "error" entry, whatever it expects of the case's results
+            results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=-4)}
         return fn
 
     return run
 
 
 def calls(jitted, eager, inputs):
-    """(all results equal eager, compiles) over calls with `inputs` (a list of argument tuples)."""
+    """Over calls with `inputs` (a list of argument tuples): whether every result equals eager's, and the
+    specializations compiled, native hits and eager calls of `jitted` during them."""
+    state = jitted._trident  # type: ignore[attr-defined]
+    hits_before, eager_before = native_hits(jitted), state.eager_calls
     equal = True
     with torch.no_grad(), count_compiles() as compiles:
         for args in inputs:
             equal = equal and torch.allclose(jitted(*args), eager(*args), rtol=1e-5, atol=1e-5)
-    return {"equal": equal, "compiles": compiles()}
+    return {"equal": equal, "compiles": compiles(), "hits": native_hits(jitted) - hits_before,
+            "eager": state.eager_calls - eager_before}
 
 
 def native_hits(jitted) -> int:
@@ -49,14 +57,19 @@ def main() -> None:
     torch.manual_seed(rank)
     xs = [torch.randn(4, 8) for _ in range(3)]
 
-    # Run first. Capturing it raises UnsupportedArgument ("closes over
-    # a FakeTensor") here though it traces in a fresh single process: see the strict xfail in the test.
     # Tensor-parallel MLP: W1 split by columns, W2 by rows, one all_reduce; weights and group closed over.
+    # w2[shard, :] is contiguous already, so .contiguous() returns that view of w2 itself: a closed-over view.
+    # Before 53fd229 its conversion to a fake was recorded by make_fx (the base's fake, then as_strided), which
+    # left the base's fake as a constant no live tensor stood behind: UnsupportedArgument "closes over a
+    # FakeTensor that is not a plain strided tensor" (the old xfail's "cause not found"). w1's column shard is
+    # a copy, so a single-process version with only a column split traced fine.
     hidden, ffn = 8, 16
-    torch.manual_seed(100)  # the same full weights on both ranks
+    torch.manual_seed(100)  # the same full weights, and the same (replicated) activations, on both ranks
     w1, w2 = torch.randn(hidden, ffn), torch.randn(ffn, hidden)
+    tp_xs = [torch.randn(4, hidden) for _ in range(3)]
     shard = slice(rank * ffn // 2, (rank + 1) * ffn // 2)
     w1_local, w2_local = w1[:, shard].contiguous(), w2[shard, :].contiguous()
+    assert w2_local._base is w2 and w1_local._base is None  # what this case is about: see above
 
     def tp_mlp(x):
         partial = torch.nn.functional.gelu(x @ w1_local) @ w2_local
@@ -66,11 +79,12 @@ def main() -> None:
 
     @case("tp_mlp")
     def _():
-        out = calls(tp_jit, tp_mlp, [(x,) for x in xs])
-        with torch.no_grad():
-            full = torch.nn.functional.gelu(xs[0] @ w1) @ w2 + xs[0]
-            out["matches_unsharded"] = bool(torch.allclose(tp_jit(xs[0]), full, rtol=1e-4, atol=1e-4))
+        out = calls(tp_jit, tp_mlp, [(x,) for x in tp_xs])
+        with torch.no_grad():  # the sharded program sums to the unsharded MLP (inputs replicated across ranks)
+            full = torch.nn.functional.gelu(tp_xs[0] @ w1) @ w2 + tp_xs[0]
+            out["matches_unsharded"] = bool(torch.allclose(tp_jit(tp_xs[0]), full, rtol=1e-4, atol=1e-4))
         out["native_hits"] = native_hits(tp_jit)
+        out["eager_calls"] = tp_jit._trident.eager_calls  # type: ignore[attr-defined]
         return out
 
     def ops_step(x, group_name):
@@ -174,6 +188,8 @@ def main() -> None:
         return out
 
     results["rank"] = rank
+    # Strict-mode violations, also those a case caught (closure_group_destroyed catches what the call raises).
+    results["unexpected_fallbacks"] = [f"'{e.function}': {e.reason}" for e in trident.testing.unexpected_fallbacks()]
     print("RESULTS " + json.dumps(results, default=str), flush=True)
     dist.destroy_process_group()
 

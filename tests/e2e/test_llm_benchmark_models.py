@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers_native import assert_launches_native, assert_native
 
 import trident
 from trident.testing import count_compiles, triton_launch_sites
@@ -57,6 +58,9 @@ def test_jitted_decode_matches_reference(model_name: str, pos_kind: str, device:
     # An int position: one specialization with the position constant, then one with it symbolic for the rest
     # of the loop. A tensor position never recompiles: its value is not part of any guard.
     assert compiles_per_step == ([1, 1] if pos_kind == "int" else [1, 0]) + [0] * (len(POSITIONS) - 2)
+    assert_native(step, hits=len(POSITIONS), compiles=sum(compiles_per_step))
+    if device == "cuda":  # each site through Triton's launcher once per variant it registers, else native
+        assert_launches_native(step)
     # Every kernel of the step is a launch of the compiled program (none baked in or run at capture only).
     launches = KERNELS_PER_LAYER[model_name] * model.n_layers + 1
     assert len(triton_launch_sites(step)) == launches * sum(compiles_per_step)

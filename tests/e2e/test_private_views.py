@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from helpers_native import assert_native
 
 import trident
 
@@ -26,6 +27,7 @@ def test_views_of_intermediates_compute_eagers_values() -> None:
             for got, want in zip(jitted(x, w), f(x, w)):
                 torch.testing.assert_close(got, want)
     assert _private_views(jitted) == 9  # 3 slices, view, unsqueeze, t, select, permute, expand
+    assert_native(jitted, hits=3, compiles=1)
 
 
 def test_writes_through_a_private_view_reach_its_base() -> None:
@@ -41,6 +43,7 @@ def test_writes_through_a_private_view_reach_its_base() -> None:
         torch.testing.assert_close(jitted(x), f(x))
         torch.testing.assert_close(jitted(x), f(x))
     assert _private_views(jitted) == 2
+    assert_native(jitted, hits=2, compiles=1)
 
 
 def test_views_of_arguments_and_returned_views_stay_views() -> None:
@@ -63,6 +66,7 @@ def test_views_of_arguments_and_returned_views_stay_views() -> None:
             assert x_jit._version - before_jit == x_eager._version - before_eager
             assert view_jit._is_view() and view_eager._is_view()
     assert _private_views(jitted) == 0  # x[:2] views an argument; h[1:] and h[0] view a returned tensor
+    assert_native(jitted, hits=2, compiles=1)
 
 
 def test_a_view_of_an_out_result_views_the_out_argument() -> None:
@@ -84,3 +88,4 @@ def test_a_view_of_an_out_result_views_the_out_argument() -> None:
             torch.testing.assert_close(buf_jit, buf_eager)
             assert buf_jit._version - before_jit == buf_eager._version - before_eager
     assert _private_views(jitted) == 1  # only h.t()
+    assert_native(jitted, hits=2, compiles=1)

@@ -1,9 +1,13 @@
-"""End-to-end: jitted programs against eager PyTorch (results, dtypes, shapes, strides, aliasing)."""
+"""End-to-end: jitted programs against eager PyTorch (results, dtypes, shapes, strides, aliasing).
+
+Every test also asserts what ran (helpers_native.assert_native): the exact number of specializations, every
+call a native hit, no eager call. A result equal to eager alone proves nothing: an eager fallback equals eager."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers_native import assert_native
 
 import trident
 from trident.testing import count_compiles
@@ -26,8 +30,10 @@ def assert_same(actual: object, expected: object) -> None:
         assert actual == expected
 
 
-def check(fn, *make_args, calls: int = 3):  # type: ignore[no-untyped-def]
-    """Run fn eagerly and jitted on fresh copies of the same inputs; compare results and mutated inputs."""
+def check(fn, *make_args, calls: int = 3, compiles: int = 1):  # type: ignore[no-untyped-def]
+    """Run fn eagerly and jitted on fresh copies of the same inputs; compare results and mutated inputs. The
+    inputs keep their sizes, dtypes and Python values from call to call, so by default one specialization
+    serves every call and each call is a native hit."""
     jitted = trident.jit(fn)
     for _ in range(calls):
         args = [a() if callable(a) else a for a in make_args]
@@ -40,6 +46,7 @@ def check(fn, *make_args, calls: int = 3):  # type: ignore[no-untyped-def]
         for a, e in zip(jit_args, eager_args):  # in-place mutation of inputs is visible
             if isinstance(e, torch.Tensor):
                 torch.testing.assert_close(a, e)
+    assert_native(jitted, hits=calls, compiles=compiles)
     return jitted
 
 
@@ -95,6 +102,7 @@ def test_kv_cache_update_with_changing_position() -> None:
             torch.testing.assert_close(cache_jit, cache_eager)
     # the first position, then one symbolic specialization for all later positions
     assert compiles() == 2, trident.explain(jitted)
+    assert_native(jitted, hits=10, compiles=2)
 
 
 def test_views_and_slicing_alias_inputs() -> None:
@@ -109,6 +117,8 @@ def test_views_and_slicing_alias_inputs() -> None:
     torch.testing.assert_close(b, x.t())
     torch.testing.assert_close(c, x.view(-1)[3:7])
     assert a.data_ptr() == x[1:, ::2].data_ptr()
+    # check's 3 calls under no_grad, and this one with grad mode on: grad mode is guarded, so it compiles again
+    assert_native(jitted, hits=4, compiles=2)
 
 
 def test_reductions() -> None:
@@ -126,9 +136,13 @@ def test_scalar_arguments() -> None:
 
     jitted = trident.jit(scaled)
     x = torch.randn(3, 3)
-    with torch.no_grad():
+    with torch.no_grad(), count_compiles() as compiles:
         for alpha, n, flag in [(0.5, 2, True), (0.5, 2, False), (1.5, 3, True), (1.5, 4, True)]:
             assert_same(jitted(x, alpha, n, flag), scaled(x, alpha, n, flag))
+    # 3: all constants; flag False (a bool stays a constant: its own specialization); alpha and n both changed,
+    # so both become symbolic, and that specialization also takes the fourth call (only n changed).
+    assert compiles() == 3
+    assert_native(jitted, hits=4, compiles=3)
 
 
 def test_multiple_outputs_and_python_scalars() -> None:
@@ -164,6 +178,8 @@ def test_method_defined_with_jit_in_class_body() -> None:
     s = Scaler(3.0)
     x = torch.randn(4)
     torch.testing.assert_close(s.scale(x), x * 3.0)
+    torch.testing.assert_close(s.scale(x), x * 3.0)
+    assert_native(Scaler.scale, hits=2, compiles=1)  # `self` is an argument: the same object both times
 
 
 def test_closure_over_tensors_sees_in_place_updates() -> None:
@@ -177,6 +193,7 @@ def test_closure_over_tensors_sees_in_place_updates() -> None:
     torch.testing.assert_close(add_bias(x), x)
     bias.add_(1.0)  # same tensor object, new values: visible (captured by reference)
     torch.testing.assert_close(add_bias(x), x + 1.0)
+    assert_native(add_bias, hits=2, compiles=1)  # an in-place update of a constant is no reason to recompile
 
 
 def test_in_place_mutation_of_inputs() -> None:
@@ -188,6 +205,7 @@ def test_in_place_mutation_of_inputs() -> None:
     jitted = check(update, lambda: torch.randn(3, 4), lambda: torch.randn(3, 4))
     x, y = torch.randn(2, 2), torch.randn(2, 2)
     assert jitted(x, y) is x  # returns the input object itself, as eager
+    assert_native(jitted, hits=4, compiles=2)  # new sizes (2, 2) with grad mode on: their own specialization
 
 
 def test_dtype_promotion_and_casts() -> None:
@@ -226,6 +244,9 @@ def test_keyword_and_default_arguments() -> None:
     torch.testing.assert_close(jitted(x, scale=3.0), fn(x, scale=3.0))
     torch.testing.assert_close(jitted(x, shift=s), fn(x, shift=s))
     torch.testing.assert_close(jitted(x=x, shift=s, scale=0.5), fn(x, shift=s, scale=0.5))
+    # 3: scale 2.0 constant; scale changed, so symbolic; shift a tensor (a new argument structure, traced with
+    # scale symbolic already), which also takes the last call.
+    assert_native(jitted, hits=4, compiles=3)
 
 
 def test_list_of_tensors_argument() -> None:
@@ -274,3 +295,4 @@ def test_operator_with_scalar_results() -> None:
         with torch.no_grad():
             assert fn(x)[1:] == torch.ops.trident_test_scalars.stats(x)[1:]
             torch.testing.assert_close(fn(x)[0], x * 2 + 1)
+    assert_native(fn, hits=4, compiles=2)  # one per rank (a new rank is a new argument structure)

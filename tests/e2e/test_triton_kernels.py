@@ -2,16 +2,25 @@
 
 Every program runs on CPU (launches go through Triton's interpreter from the compiled program) and, marked
 `gpu`, on CUDA (launches go native once Triton compiled the variant). References are plain torch
-computations of what each kernel does."""
+computations of what each kernel does. Each test asserts what ran: exact specializations, every call a native
+hit, no eager call; on CUDA, each launch site native after the launch that registers each variant."""
 from __future__ import annotations
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from helpers_native import assert_launches_native, assert_native
 
 import trident
 from trident.testing import count_compiles
+
+
+def assert_ran(fn: object, device: str, *, hits: int, compiles: int) -> None:
+    """Native hits and specializations (helpers_native.assert_native); on CUDA also the launch sites' counts."""
+    assert_native(fn, hits=hits, compiles=compiles)
+    if device == "cuda":
+        assert_launches_native(fn)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -109,6 +118,7 @@ def test_elementwise_tuple_grid_mixed_with_aten(device: str) -> None:
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(fn(x, y), (x + y) * 2)
+    assert_ran(fn, device, hits=2, compiles=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -121,7 +131,9 @@ def test_lambda_grid_loop_kernel_and_float_argument(device: str) -> None:
         return out
 
     x = torch.randn(3, 21, device=device)
-    torch.testing.assert_close(fn(x, 0.5), x * 0.5)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, 0.5), x * 0.5)
+    assert_ran(fn, device, hits=2, compiles=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -139,7 +151,8 @@ def test_kernel_writes_kv_cache_in_place_at_int_position(device: str) -> None:
             out = step(cache, k, pos)
             torch.testing.assert_close(cache, expected)
             torch.testing.assert_close(out, expected[:, : (pos + 1) * 4].sum(dim=1))
-    assert compiles() == 2, trident.explain(step)
+    assert compiles() == 2, trident.explain(step)  # pos 0 a constant, then pos symbolic for 1-5
+    assert_ran(step, device, hits=6, compiles=2)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -158,7 +171,9 @@ def test_three_kernels_and_matmuls(device: str) -> None:
         return d @ w.t()
 
     x, y = torch.randn(4, 16, device=device), torch.randn(4, 16, device=device)
-    torch.testing.assert_close(fn(x, y), ((((x + y) @ w) * 3.0) + x) @ w.t(), rtol=1e-4, atol=1e-4)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, y), ((((x + y) @ w) * 3.0) + x) @ w.t(), rtol=1e-4, atol=1e-4)
+    assert_ran(fn, device, hits=2, compiles=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -171,6 +186,7 @@ def test_zero_sized_grid_launches_nothing(device: str) -> None:
 
     x = torch.randn(0, device=device)
     assert fn(x, x).shape == (0,)
+    assert_native(fn, hits=1, compiles=1)  # a grid of size 0 launches nothing, natively or not: no launch counts
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -185,7 +201,9 @@ def test_misaligned_view_gives_the_right_result(device: str) -> None:
     with count_compiles() as compiles:
         torch.testing.assert_close(fn(base[:32], y), base[:32] + y)
         torch.testing.assert_close(fn(base[1:], y), base[1:] + y)  # offset 1: not 16-byte aligned
-    assert compiles() == 2
+        torch.testing.assert_close(fn(base[:32], y), base[:32] + y)  # the first specialization again
+    assert compiles() == 2  # storage offset 0, then offset 1 (a new offset; alignment guarded for Triton)
+    assert_ran(fn, device, hits=3, compiles=2)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -199,6 +217,7 @@ def test_fused_softmax_rows(device: str) -> None:
     for cols in (20, 20, 30):  # the second call hits, the third recompiles for the new width
         x = torch.randn(5, cols, device=device)
         torch.testing.assert_close(fn(x), torch.softmax(x, dim=1))
+    assert_ran(fn, device, hits=3, compiles=2)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -214,7 +233,9 @@ def test_layer_norm_then_aten_linear(device: str) -> None:
 
     x = torch.randn(6, 24, device=device)
     expected = torch.nn.functional.layer_norm(x, (24,), w, b, 1e-5) @ proj
-    torch.testing.assert_close(fn(x, 1e-5), expected, rtol=1e-4, atol=1e-4)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, 1e-5), expected, rtol=1e-4, atol=1e-4)
+    assert_ran(fn, device, hits=2, compiles=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -231,6 +252,7 @@ def test_autotuned_matmul_with_meta_grid(device: str) -> None:
     for m in (40, 40, 24):
         a, b = torch.randn(m, 32, device=device), torch.randn(32, 48, device=device)
         torch.testing.assert_close(fn(a, b), a @ b + 1, rtol=1e-4, atol=1e-4)
+    assert_ran(fn, device, hits=3, compiles=2)  # M=40 a constant; M=24 makes it symbolic
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -244,6 +266,9 @@ def test_autotuned_elementwise_meta_grid_over_changing_sizes(device: str) -> Non
     for n in (100, 64, 1, 48, 100, 17):
         x, y = torch.randn(n, device=device), torch.randn(n, device=device)
         torch.testing.assert_close(fn(x, y), x + y)
+    # 3: n=100 a constant; n=64 makes it symbolic (a size >= 2), which takes 48 and 17; n=1 its own (the
+    # ShapeEnv specializes a size of 1); 100 again is the first specialization's.
+    assert_ran(fn, device, hits=6, compiles=3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -258,6 +283,7 @@ def test_torch_library_triton_op_is_traced_into(device: str) -> None:
     (spec,) = fn._trident.specializations
     assert len(spec.compiled.launch_sites) == 1  # the kernel launch itself, not the custom op
     assert not any("scaled_add" in call for call in spec.compiled.aten_calls)
+    assert_ran(fn, device, hits=2, compiles=1)
 
 
 @pytest.mark.gpu
@@ -282,3 +308,4 @@ def test_kernels_on_cuda_and_a_non_default_stream() -> None:
     torch.testing.assert_close(out, expected, rtol=1e-3, atol=1e-3)
     text = trident.explain(fn)
     assert "specialization 0" in text and "cuda:0" in text
+    assert_ran(fn, "cuda", hits=2, compiles=1)  # the stream is read per call, not guarded

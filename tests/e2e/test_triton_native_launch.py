@@ -3,13 +3,16 @@
 Each launch site starts on Triton's launcher; the variant Triton compiled is then launched natively for every
 later call with the same specialization key (alignment, ints == 1 / % 16 / wider than 32 bits, autotune keys,
 constexprs computed from sizes). These tests change exactly those facts inside one compiled specialization
-(dynamic ints and sizes) and check results against eager plus the site's variant counts."""
+(dynamic ints and sizes) and check results against eager plus the site's variant counts, and what ran
+(helpers_native): exact specializations, every successful call a native hit, no eager call, and every site
+through Triton's launcher only for the launch that registered each of its variants."""
 from __future__ import annotations
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from helpers_native import assert_launches_native, assert_native
 
 import trident
 from trident.exc import KernelLaunchError
@@ -54,6 +57,7 @@ def test_hits_launch_natively_after_triton_compiled_the_variant() -> None:
     assert site.disabled_reason is None, site.disabled_reason
     assert (site.variant_count, site.fallback_launches, site.native_launches) == (1, 1, 4)
     assert "launched natively, 1 compiled variant(s), 4 native launch(es)" in trident.explain(fn)
+    assert_native(fn, hits=5, compiles=1)
 
 
 def test_misaligned_pointer_inside_one_specialization_gets_its_own_variant() -> None:
@@ -68,10 +72,12 @@ def test_misaligned_pointer_inside_one_specialization_gets_its_own_variant() -> 
     with count_compiles() as compiles:
         for k in (0, 1, 4, 5, 8, 3, 12, 1):
             torch.testing.assert_close(fn(x, y, k), x[k : k + 256] + y)
-    assert compiles() == 2
+    assert compiles() == 2  # k=0 a constant; k=1 makes it symbolic, which takes the rest
     site = only_site(fn)
     assert site.variant_count == 2  # aligned and unaligned x pointer
     assert (site.fallback_launches, site.native_launches) == (2, 5)  # k = 1 and 4 register; the rest native
+    assert_native(fn, hits=8, compiles=2)
+    assert_launches_native(fn)
 
 
 def test_int_equal_to_one_divisible_by_16_and_other_get_their_variants() -> None:
@@ -89,10 +95,12 @@ def test_int_equal_to_one_divisible_by_16_and_other_get_their_variants() -> None
             expected = torch.zeros_like(x)
             expected[:n] = (x + y)[:n]
             torch.testing.assert_close(fn(x, y, m), expected)
-    assert compiles() == 2
+    assert compiles() == 2  # m=132 a constant; m=148 makes it symbolic, which takes the rest
     site = only_site(fn)
     assert site.variant_count == 3  # n % 16 == 0, n == 1 (a constexpr for Triton), other
     assert (site.fallback_launches, site.native_launches) == (3, 5)
+    assert_native(fn, hits=9, compiles=2)
+    assert_launches_native(fn)
 
 
 def test_autotune_key_change_selects_the_winner_for_that_key() -> None:
@@ -108,6 +116,8 @@ def test_autotune_key_change_selects_the_winner_for_that_key() -> None:
     site = only_site(fn)
     assert site.disabled_reason is None, site.disabled_reason
     assert (site.variant_count, site.native_launches) == (3, 2)
+    assert_native(fn, hits=6, compiles=2)  # n=4096 a constant; n=8192 makes it symbolic, which takes the rest
+    assert_launches_native(fn)
 
 
 def test_launch_error_names_the_kernel_and_the_function_stays_usable() -> None:
@@ -126,6 +136,9 @@ def test_launch_error_names_the_kernel_and_the_function_stays_usable() -> None:
     fn(out, 5)
     torch.cuda.synchronize()
     assert out[:5].eq(2.0).all() and out[5:].eq(0.0).all()
+    # rows=2 a constant; rows=3 makes it symbolic. The refused launch is no hit (the call raised): 4 hits.
+    assert_native(fn, hits=4, compiles=2)
+    assert_launches_native(fn)
 
 
 def test_native_launches_follow_the_current_stream() -> None:
@@ -146,6 +159,8 @@ def test_native_launches_follow_the_current_stream() -> None:
     stream.synchronize()
     torch.testing.assert_close(out, (x + y) * 2)
     assert only_site(fn).native_launches == 1
+    assert_native(fn, hits=2, compiles=1)  # the current stream is read per call, not guarded
+    assert_launches_native(fn)
 
 
 def test_explain_lists_every_launch_of_a_multi_kernel_function() -> None:
@@ -168,6 +183,8 @@ def test_explain_lists_every_launch_of_a_multi_kernel_function() -> None:
     # Both add_kernel sites describe alike, so explain lists them once with their count.
     assert "Triton kernel 'add_kernel': launched natively, 1 compiled variant(s), 2 native launch(es), 1 through " \
         "Triton's launcher (2 sites)" in text
+    assert_native(fn, hits=3, compiles=1)
+    assert_launches_native(fn)
 
 
 @triton.jit
@@ -203,3 +220,5 @@ def test_kernel_with_more_than_48kb_of_shared_memory() -> None:
     (variant,) = site.fallback.plan.variants
     assert variant.compiled.metadata.shared > 48 * 1024, variant.compiled.metadata.shared
     assert site.native_launches == 2
+    assert_native(fn, hits=3, compiles=1)
+    assert_launches_native(fn)
