@@ -65,7 +65,8 @@ def test_listed_ops_call_typed_entries_and_release_after_last_use() -> None:
         # add.Tensor(x, y, alpha=1)
         + tensor_arg("ADD_ARGS", 0, "X") + tensor_arg("ADD_ARGS", 1, "Y")
         + store("ADD_ARGS", 4, "TAG_INT") + store("ADD_ARGS", 5, "TAG_TENSOR")  # the int 1
-        + "CHECK-NEXT: %[[ADD_RC:.*]] = func.call @trident_aten_add_Tensor(%[[ADD_ARGS]], %[[RETS:.*]]) : (!llvm.ptr, !llvm.ptr) -> i32\n"
+        + "CHECK-NEXT: %[[ADD_RC:.*]] = func.call @trident_aten_add_Tensor(%[[ADD_ARGS]], %[[RETS:.*]]) : "
+        "(!llvm.ptr, !llvm.ptr) -> i32\n"
         "CHECK-NEXT: %[[ADD_OK:.*]] = arith.cmpi eq, %[[ADD_RC]], %[[OK]] : i32\n"
         "CHECK-NEXT: cf.cond_br %[[ADD_OK]], ^{{.*}}, ^fail\n"
         "CHECK: %[[SUM:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr\n"

@@ -42,7 +42,7 @@ def test_relation_with_floordiv_and_python_mod() -> None:
         CHECK: %[[Q2:.*]] = arith.floordivsi %s1, %[[C3]] : i64
         CHECK-NEXT: %[[M:.*]] = arith.muli %[[Q2]], %[[C3]] : i64
         CHECK-NEXT: %[[R:.*]] = arith.subi %s1, %[[M]] : i64
-        CHECK-NEXT: %[[PAIR:.*]] = "llvm.intr.sadd.with.overflow"(%[[Q]], %[[R]]) : (i64, i64) -> !llvm.struct<(i64, i1)>
+        CHECK-NEXT: %[[PAIR:.*]] = "llvm.intr.sadd.with.overflow"(%[[Q]], %[[R]]) : (i64, i64)
         CHECK-NEXT: %[[SUM:.*]] = llvm.extractvalue %[[PAIR]][0]
         CHECK: %[[EQ:.*]] = arith.cmpi eq, %[[SUM]], %[[C2]] : i64
         CHECK-NEXT: cf.cond_br %[[EQ]], ^{{.*}}, ^fail
