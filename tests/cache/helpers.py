@@ -13,12 +13,21 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-# Prepended to every program: the imports and `report`.
+# Prepended to every program: the imports, `digest` and `report`.
 PRELUDE = '''
-import json, os, sys
+import hashlib, json, os, sys
 import torch
 import trident
 from trident.testing import count_compiles
+
+def digest(*tensors):
+    """The exact bits of tensors (with dtype, sizes and strides): a warm process's result is compared with the
+    cold one's through this, bit for bit."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(repr((t.dtype, tuple(t.shape), t.stride())).encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 def report(compiles, **extra):
     print("RESULT " + json.dumps({"compiles": compiles, "stats": trident.cache.stats(), **extra}), flush=True)
@@ -57,3 +66,21 @@ def finish(process: subprocess.Popen[str], timeout: float = 300) -> dict[str, An
 
 def run(program: Path, cache_dir: Path, **extra: str) -> dict[str, Any]:
     return finish(start(program, cache_dir, **extra))
+
+
+def assert_same_bits(actual: Any, expected: Any) -> None:
+    """Same structure and types; tensors of the same dtype, sizes and strides with identical bits (a loaded
+    specialization must compute exactly what the compiled one computed, not merely something close)."""
+    import torch
+
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same_bits(a, e)
+    elif isinstance(expected, torch.Tensor):
+        assert (actual.dtype, actual.shape, actual.stride()) == (expected.dtype, expected.shape, expected.stride())
+        bits = [t.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for t in (actual, expected)]
+        assert torch.equal(bits[0], bits[1]), f"the bits differ:\n{actual}\n{expected}"
+    else:
+        assert actual == expected

@@ -19,6 +19,8 @@ from trident.cache import native_library, store
 from trident.knobs import override
 from trident.testing import count_compiles
 
+from .helpers import assert_same_bits
+
 
 @pytest.fixture
 def disk_cache(tmp_path: Path) -> Iterator[Path]:
@@ -30,14 +32,19 @@ def counts() -> dict[str, int]:
     return trident.cache.stats()
 
 
+def hits(jitted: object) -> list[int]:
+    return list(jitted._trident.entry.hits())  # type: ignore[attr-defined]
+
+
 def compile_then_load(fn: Callable[..., object], *args: object, **kwargs: object) -> tuple[object, object]:
-    """Call a fresh jit of fn (compiles and stores), then another fresh jit (must load); returns both results."""
+    """Call a fresh jit of fn (compiles and stores), then another fresh jit (must load, not compile, and run the
+    loaded code natively); the loaded result must equal the compiled one bit for bit. Returns both results."""
     with torch.no_grad():
         before = counts()
         with count_compiles() as compiles:
             cold = trident.jit(fn)
             first = cold(*args, **kwargs)
-        assert compiles() == 1
+        assert compiles() == 1 and hits(cold) == [1]
         assert counts()["stores"] == before["stores"] + 1, trident.explain(cold)
         assert "disk cache: persisted" in trident.explain(cold)
         with count_compiles() as compiles:
@@ -46,7 +53,17 @@ def compile_then_load(fn: Callable[..., object], *args: object, **kwargs: object
         assert compiles() == 0, trident.explain(jitted)
         assert counts()["loads"] == before["loads"] + 1
         assert "loaded from the disk cache" in trident.explain(jitted)
+        assert hits(jitted) == [1] and jitted._trident.eager_calls == 0  # type: ignore[attr-defined]
+    assert_same_bits(second, first)
     return first, second
+
+
+def compiled_result(fn: Callable[..., object], *args: object) -> object:
+    """What a fresh compile (disk cache off) computes for this call: the reference for a loaded result."""
+    with override(disk_cache=False), torch.no_grad(), count_compiles() as compiles:
+        result = trident.jit(fn)(*args)
+    assert compiles() == 1
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -103,6 +120,7 @@ def test_identity_guarded_argument_is_this_calls_object(disk_cache: Path) -> Non
     with torch.no_grad(), count_compiles() as compiles:
         result = trident.jit(Scaler.scale)(other, x)
     assert compiles() == 0
+    assert_same_bits(result, compiled_result(Scaler.scale, other, x))
     torch.testing.assert_close(result, x * 5.0)
 
 
@@ -121,10 +139,9 @@ def test_outputs_scalars_lists_keywords_and_views(disk_cache: Path) -> None:
         return [a * scale, b[1:].t()], (a.shape[0], "done", flag, None)
 
     xs = [torch.randn(3, 4), torch.randn(3, 4)]
-    first, second = compile_then_load(fn, xs, scale=3.0)
+    first, second = compile_then_load(fn, xs, scale=3.0)  # equal bits, strides of the view included
     assert second[1] == (3, "done", True, None)  # type: ignore[index]
     torch.testing.assert_close(second[0][0], xs[0] * 3.0)  # type: ignore[index]
-    assert second[0][1].stride() == first[0][1].stride()  # type: ignore[index]
 
 
 def test_guards_decide_between_stored_specializations(disk_cache: Path) -> None:
@@ -134,15 +151,15 @@ def test_guards_decide_between_stored_specializations(disk_cache: Path) -> None:
     x = torch.randn(4)
     with torch.no_grad():
         cold = trident.jit(fn)
-        cold(x, 2)
-        cold(x, 3)  # a changed int: symbolic from now on (two specializations stored)
+        expected = [cold(x, n) for n in (2, 3, 7)]  # 3 makes the int symbolic: two specializations stored
+        assert hits(cold) == [1, 2]
         with count_compiles() as compiles:
             warm = trident.jit(fn)
-            torch.testing.assert_close(warm(x, 2), x * 2)
-            torch.testing.assert_close(warm(x, 3), x * 3)
-            torch.testing.assert_close(warm(x, 7), x * 7)
+            for n, cold_result in zip((2, 3, 7), expected):
+                assert_same_bits(warm(x, n), cold_result)
         assert compiles() == 0, trident.explain(warm)
         assert trident.explain(warm).count("loaded from the disk cache") == 2
+        assert hits(warm) == [1, 2]  # 2 ran the static record, 3 and 7 the symbolic one
 
 
 def test_changed_closure_state_is_a_miss(disk_cache: Path) -> None:
@@ -155,9 +172,10 @@ def test_changed_closure_state_is_a_miss(disk_cache: Path) -> None:
     x = torch.randn(4)
     with torch.no_grad():
         trident.jit(make(1.0))(x)
+        loads = counts()["loads"]
         with count_compiles() as compiles:
             result = trident.jit(make(2.0))(x)
-    assert compiles() == 1
+    assert compiles() == 1 and counts()["loads"] == loads
     torch.testing.assert_close(result, x + 2.0)
 
 

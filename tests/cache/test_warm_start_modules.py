@@ -33,7 +33,7 @@ torch.manual_seed(0)
 model = Model().eval()
 wrapped = trident.jit(model)
 x = torch.randn(3, 8)
-same = []
+same, outs = [], []
 with torch.no_grad(), count_compiles() as compiles:
     for mode in ("eval", "submodule", "eval", "submodule"):
         model.eval()
@@ -42,10 +42,13 @@ with torch.no_grad(), count_compiles() as compiles:
         torch.manual_seed(1); actual = wrapped(x)
         torch.manual_seed(1); expected = model(x)
         same.append(torch.equal(actual, expected))
+        outs.append(actual)
     model.layers[0].lin.weight = nn.Parameter(torch.randn(8, 8))  # rebound: the loaded guard must see it
     model.eval()
-    same.append(torch.equal(wrapped(x), model(x)))
-report(compiles(), same=same, hits=wrapped._trident.entry.hits(), explain=trident.explain(wrapped))
+    outs.append(wrapped(x))
+    same.append(torch.equal(outs[-1], model(x)))
+report(compiles(), same=same, digest=digest(*outs), hits=wrapped._trident.entry.hits(),
+       explain=trident.explain(wrapped))
 """
 
 
@@ -59,6 +62,7 @@ def test_a_new_process_loads_module_specializations_with_their_guards(tmp_path: 
     second = run(program, tmp_path / "cache")
     assert all(second["same"]), second["log"]
     assert second["compiles"] == 0 and second["stats"]["loads"] == 3, second["log"]
-    assert second["hits"] == [2, 2, 1]
+    assert second["hits"] == first["hits"] == [2, 2, 1]
+    assert second["digest"] == first["digest"]  # the first process's results, bit for bit
     assert "layers.1.drop.training: bool == True" in second["explain"]
     assert "last miss: layers.0.lin.weight: rebound to another Parameter since capture" in second["explain"]

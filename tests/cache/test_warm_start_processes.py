@@ -60,8 +60,10 @@ with torch.no_grad(), count_compiles() as compiles:
     out = jitted(x)
     ok = torch.allclose(out, step(x), atol=1e-6)
     W.add_(1.0)  # an in-place update of a constant is seen: constants are passed by reference
-    ok = ok and torch.allclose(jitted(x), step(x), atol=1e-6)
-report(compiles(), ok=bool(ok), checksum=float(out.sum()), explain=trident.explain(jitted))
+    out_after = jitted(x)
+    ok = ok and torch.allclose(out_after, step(x), atol=1e-6)
+report(compiles(), ok=bool(ok), checksum=float(out.sum()), digest=digest(out, out_after),
+       hits=jitted._trident.entry.hits(), eager_calls=jitted._trident.eager_calls, explain=trident.explain(jitted))
 """
 
 
@@ -70,12 +72,14 @@ DYNAMIC = """
 def total(x):
     return (x * 2).sum(0)
 
-ok = True
+ok, outs = True, []
+torch.manual_seed(0)  # the same inputs in every process (a fresh process's seed is not fixed)
 with torch.no_grad(), count_compiles() as compiles:
     for n in (4, 5, 6, 7):  # the second size makes dim 0 symbolic: two specializations in all
         x = torch.randn(n, 8)
-        ok = ok and torch.allclose(total(x), (x * 2).sum(0))
-report(compiles(), ok=bool(ok), explain=trident.explain(total))
+        outs.append(total(x))
+        ok = ok and torch.allclose(outs[-1], (x * 2).sum(0))
+report(compiles(), ok=bool(ok), digest=digest(*outs), hits=total._trident.entry.hits(), explain=trident.explain(total))
 """
 
 
@@ -139,11 +143,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 def test_a_new_process_loads_instead_of_compiling(runs: Runs) -> None:
     result, _ = runs["same program"]
+    cold = runs["populate"][0]
     assert result["ok"], result
     assert result["compiles"] == 0, result["log"]
     assert result["stats"]["loads"] == 1
     assert "loaded from the disk cache" in result["explain"]
-    assert result["checksum"] == pytest.approx(runs["populate"][0]["checksum"], rel=1e-6)
+    assert result["hits"] == cold["hits"] == [2] and result["eager_calls"] == 0  # both calls ran the loaded code
+    assert result["digest"] == cold["digest"]  # the cold process's results, bit for bit
 
 
 def test_closed_over_weights_are_re_resolved_not_baked(runs: Runs) -> None:
@@ -171,6 +177,7 @@ def test_damaged_files_are_removed_and_recompiled(runs: Runs, name: str) -> None
     result, cache = runs[name]
     assert result["ok"], result
     assert result["compiles"] == 1, result["log"]
+    assert result["digest"] == runs["populate"][0]["digest"]  # recompiled: the same bits as the first compile
     assert result["stats"]["corrupt"] == 1, result["log"]
     assert "removed corrupt record" in result["log"]
     # The recompiled specialization replaced the damaged one: the folder is consistent again.
@@ -185,12 +192,14 @@ def test_two_writers_at_once(runs: Runs) -> None:
         result, cache = runs[name]
         assert result["ok"], result
         assert result["compiles"] + result["stats"]["loads"] == 1, result["log"]
+        assert result["digest"] == runs["populate"][0]["digest"]
     assert_consistent(cache)
     # Files are named by their content, and a record's content is the same in every process that compiles the
     # same specialization: the two writers published one record and one library between them.
     assert len(list(cache.rglob("*.spec"))) == 1 and len(list(cache.rglob("*.so"))) == 1
     after, _ = runs["after two writers"]
     assert after["ok"] and after["compiles"] == 0 and after["stats"]["loads"] == 1, after["log"]
+    assert after["digest"] == runs["populate"][0]["digest"]
 
 
 def test_a_new_process_follows_the_same_recompilation_sequence(runs: Runs) -> None:
@@ -202,6 +211,8 @@ def test_a_new_process_follows_the_same_recompilation_sequence(runs: Runs) -> No
     assert warm["ok"], warm
     assert warm["compiles"] == 0 and warm["stats"]["loads"] == 2, warm["log"]
     assert warm["explain"].count("loaded from the disk cache") == 2
+    assert warm["hits"] == cold["hits"] == [1, 3]  # size 4 static, sizes 5-7 symbolic, in both processes
+    assert warm["digest"] == cold["digest"]  # the same inputs: the cold process's results, bit for bit
 
 
 def assert_consistent(cache: Path) -> None:

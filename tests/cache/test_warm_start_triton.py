@@ -55,13 +55,16 @@ REFERENCES = {  # through_module first: on CPU, its first call is the first that
 }
 torch.manual_seed(0)
 x, y = torch.randn(100, device=DEVICE), torch.randn(100, device=DEVICE)
-ok, explains = {}, {}
+ok, explains, digests, hits = {}, {}, {}, {}
 with torch.no_grad(), count_compiles() as compiles:
     for fn, reference in REFERENCES.items():
         jitted = trident.jit(fn)
-        ok[fn.__name__] = bool(torch.allclose(jitted(x, y), reference(x, y)))
+        out = jitted(x, y)
+        ok[fn.__name__] = bool(torch.allclose(out, reference(x, y)))
+        digests[fn.__name__] = digest(out)
+        hits[fn.__name__] = jitted._trident.entry.hits()
         explains[fn.__name__] = trident.explain(jitted)
-report(compiles(), ok=ok, explains=explains)
+report(compiles(), ok=ok, explains=explains, digests=digests, hits=hits)
 """
 
 CHANGING_KERNEL = '''
@@ -136,8 +139,10 @@ def _assert_cold_persisted_all(cold: dict[str, Any]) -> None:
         assert "disk cache: persisted" in explain, explain
 
 
-def _assert_warm_loaded_all(warm: dict[str, Any]) -> None:
+def _assert_warm_loaded_all(warm: dict[str, Any], cold: dict[str, Any]) -> None:
     assert all(warm["ok"].values()), warm  # eager's result, computed by the loaded specializations
+    assert warm["digests"] == cold["digests"]  # and the cold process's, bit for bit
+    assert warm["hits"] == cold["hits"] == {name: [1] for name in cold["hits"]}
     assert warm["compiles"] == 0, warm["log"]
     assert warm["stats"]["loads"] == 4 and warm["stats"]["rejected"] == 0, warm["log"]
     for explain in warm["explains"].values():
@@ -149,7 +154,7 @@ def test_triton_launches_round_trip_on_cpu(cpu_runs: Runs) -> None:
     globals Triton's interpreter adds to when it first runs it): loaded, and run through the interpreter."""
     _assert_cold_persisted_all(cpu_runs["cold"])
     warm = cpu_runs["warm"]
-    _assert_warm_loaded_all(warm)
+    _assert_warm_loaded_all(warm, cpu_runs["cold"])
     interpreted = "Triton kernel 'tuned_add_kernel': CPU tensors, run through Triton's interpreter"
     assert interpreted in warm["explains"]["autotuned"]  # a loaded specialization lists its launch sites
     assert "Triton kernel 'add_kernel'" in warm["explains"]["with_num_warps"]
@@ -173,7 +178,7 @@ def test_triton_launches_round_trip_natively_on_cuda(tmp_path: Path) -> None:
     for explain in runs["cold"]["explains"].values():  # the cold process's first call went to Triton's launcher
         assert "1 compiled variant(s), 0 native launch(es), 1 through Triton's launcher" in explain, explain
     warm = runs["warm"]
-    _assert_warm_loaded_all(warm)
+    _assert_warm_loaded_all(warm, runs["cold"])
     for explain in warm["explains"].values():
         native = "launched natively, 1 compiled variant(s), 1 native launch(es), 0 through Triton's launcher"
         assert native in explain, explain

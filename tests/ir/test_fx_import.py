@@ -19,11 +19,17 @@ def test_import_symbolic_sizes_and_int_arithmetic() -> None:
     filecheck(
         str(module),
         """
-        CHECK: func.func @main(%[[X:.*]]: !torch.vtensor<[?,3],f32>, %[[N:.*]]: !torch.int)
-        CHECK: %[[SIZE:.*]] = torch.aten.size.int %[[X]]
-        CHECK: %[[END:.*]] = torch.aten.sub.int %[[SIZE]]
-        CHECK: %[[SLICE:.*]] = torch.aten.slice.Tensor %[[X]], {{.*}}, {{.*}}, %[[END]]
-        CHECK: torch.aten.mul.Scalar %[[SLICE]], %[[N]]
+        CHECK: func.func @main(%[[X:.*]]: !torch.vtensor<[?,3],f32>, %[[N:.*]]: !torch.int) -> !torch.vtensor<[?,3],f32>
+        CHECK-NEXT: %[[DIM:.*]] = torch.constant.int 0
+        CHECK-NEXT: %[[SIZE:.*]] = torch.aten.size.int %[[X]], %[[DIM]] : !torch.vtensor<[?,3],f32>, !torch.int -> !torch.int
+        CHECK-NEXT: %[[ONE:.*]] = torch.constant.int 1
+        CHECK-NEXT: %[[END:.*]] = torch.aten.sub.int %[[SIZE]], %[[ONE]] : !torch.int, !torch.int -> !torch.int
+        CHECK-NEXT: %[[SLICE_DIM:.*]] = torch.constant.int 0
+        CHECK-NEXT: %[[START:.*]] = torch.constant.int 0
+        CHECK-NEXT: %[[STEP:.*]] = torch.constant.int 1
+        CHECK-NEXT: %[[SLICE:.*]] = torch.aten.slice.Tensor %[[X]], %[[SLICE_DIM]], %[[START]], %[[END]], %[[STEP]] : {{.*}} -> !torch.vtensor<[?,3],f32>
+        CHECK-NEXT: %[[OUT:.*]] = torch.aten.mul.Scalar %[[SLICE]], %[[N]] : !torch.vtensor<[?,3],f32>, !torch.int -> !torch.vtensor<[?,3],f32>
+        CHECK-NEXT: return %[[OUT]]
         """,
     )
 
@@ -44,9 +50,15 @@ def test_import_scalar_builtins_on_symbolic_ints() -> None:
         str(module),
         """
         CHECK: func.func @main(%[[X:.*]]: !torch.vtensor<[5],f32>, %[[N:.*]]: !torch.int)
-        CHECK: %[[SQUARE:.*]] = torch.operator "trident.scalar.pow"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.int
-        CHECK: torch.aten.add.int %[[SQUARE]]
-        CHECK: torch.operator "trident.scalar.truediv"(%[[N]], %{{.*}}) : (!torch.int, !torch.int) -> !torch.float
-        CHECK: torch.aten.Float.Scalar %[[N]] : !torch.int -> !torch.float
+        CHECK-NEXT: %[[TWO:.*]] = torch.constant.int 2
+        CHECK-NEXT: %[[SQUARE:.*]] = torch.operator "trident.scalar.pow"(%[[N]], %[[TWO]]) : (!torch.int, !torch.int) -> !torch.int
+        CHECK-NEXT: %[[ONE:.*]] = torch.constant.int 1
+        CHECK-NEXT: %[[PLUS1:.*]] = torch.aten.add.int %[[SQUARE]], %[[ONE]] : !torch.int, !torch.int -> !torch.int
+        CHECK-NEXT: %[[A:.*]] = torch.aten.mul.Scalar %[[X]], %[[PLUS1]]
+        CHECK-NEXT: %[[THREE:.*]] = torch.constant.int 3
+        CHECK-NEXT: %[[THIRD:.*]] = torch.operator "trident.scalar.truediv"(%[[N]], %[[THREE]]) : (!torch.int, !torch.int) -> !torch.float
+        CHECK-NEXT: %[[B:.*]] = torch.aten.mul.Scalar %[[A]], %[[THIRD]]
+        CHECK-NEXT: %[[NF:.*]] = torch.aten.Float.Scalar %[[N]] : !torch.int -> !torch.float
+        CHECK-NEXT: torch.aten.mul.Scalar %[[B]], %[[NF]]
         """,
     )

@@ -4,6 +4,7 @@ import torch
 
 from trident.ir.fx_import import import_graph, new_context
 from trident.ir.mlir_text import ModuleBuilder
+from trident.lowering import runtime_abi as abi
 from trident.lowering.leaf_access import ConstantPool
 from trident.lowering.lower_host_program import HostProgramLowering, OpTable
 from trident.lowering.pipeline import _find_main, placeholder_sources
@@ -24,64 +25,114 @@ def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
     return module.text(), ops.ops
 
 
+def constant(name: str, value: int, type_: str = "i64") -> str:
+    """Binds [[name]] to the SSA name of the (hoisted) constant `value`."""
+    return f"CHECK-DAG: %[[{name}:c[0-9]+]] = arith.constant {value} : {type_}\n"
+
+
+def store(array: str, index: int, value: str) -> str:
+    """array[index] = value (an i64 FileCheck variable)."""
+    tag = f"{array}_{index}"
+    return (
+        f"CHECK: %[[P_{tag}:.*]] = llvm.getelementptr %[[{array}]][{index}] : (!llvm.ptr) -> !llvm.ptr, i64\n"
+        f"CHECK-NEXT: llvm.store %[[{value}]], %[[P_{tag}]] : i64, !llvm.ptr\n"
+    )
+
+
+def tensor_arg(array: str, index: int, handle: str) -> str:
+    """Argument `index` of a call is the tensor [[handle]]: its pointer as i64, tagged TAG_TENSOR."""
+    return (
+        f"CHECK: %[[I_{handle}_{array}:.*]] = llvm.ptrtoint %[[{handle}]] : !llvm.ptr to i64\n"
+        + store(array, 2 * index, "TAG_TENSOR")
+        + store(array, 2 * index + 1, f"I_{handle}_{array}")
+    )
+
+
+TAGS = constant("TAG_TENSOR", abi.TAG_TENSOR)  # also the int 1
+
+
 def test_listed_ops_call_typed_entries_and_release_after_last_use() -> None:
     text, ops = lowered_program(lambda x, y: (x + y).relu(), torch.randn(3), torch.randn(3))
     assert ops == []  # no boxed calls, so no operator handles in the context
     filecheck(
         text,
-        """
-        CHECK: func.func @run(%ctx: !llvm.ptr, %slots: !llvm.ptr, %result: !llvm.ptr) -> i32
-        CHECK: %[[X:.*]] = func.call @trident_tensor_handle
-        CHECK: func.call @trident_aten_add_Tensor(%[[ARGS:.*]], %[[RETS:.*]]) : (!llvm.ptr, !llvm.ptr) -> i32
-        CHECK: %[[SUM:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
-        CHECK: func.call @trident_aten_relu
-        CHECK: func.call @trident_tensor_delete(%[[SUM]])
-        CHECK: func.call @trident_wrap_tensor
-        CHECK: llvm.store {{.*}}, %result
-        CHECK: ^fail:
-        CHECK: func.call @trident_tensor_delete
-        CHECK: %fail_value = arith.constant 1 : i32
-        """,
+        "CHECK: func.func @run(%ctx: !llvm.ptr, %slots: !llvm.ptr, %result: !llvm.ptr) -> i32\n"
+        + TAGS + constant("TAG_INT", abi.TAG_INT) + constant("SIX", 6) + constant("OK", 0, "i32")
+        + "CHECK-DAG: %[[ADD_ARGS:args[0-9]+]] = llvm.alloca %[[SIX]] x i64\n"  # 3 (tag, value) pairs
+        "CHECK-DAG: %[[RELU_ARGS:args[0-9]+]] = llvm.alloca %[[TAG_INT]] x i64\n"  # 1 pair (2 i64)
+        "CHECK: %[[X:.*]] = func.call @trident_tensor_handle\n"
+        "CHECK: %[[Y:.*]] = func.call @trident_tensor_handle\n"
+        # add.Tensor(x, y, alpha=1)
+        + tensor_arg("ADD_ARGS", 0, "X") + tensor_arg("ADD_ARGS", 1, "Y")
+        + store("ADD_ARGS", 4, "TAG_INT") + store("ADD_ARGS", 5, "TAG_TENSOR")  # the int 1
+        + "CHECK-NEXT: %[[ADD_RC:.*]] = func.call @trident_aten_add_Tensor(%[[ADD_ARGS]], %[[RETS:.*]]) : "
+        "(!llvm.ptr, !llvm.ptr) -> i32\n"
+        "CHECK-NEXT: %[[ADD_OK:.*]] = arith.cmpi eq, %[[ADD_RC]], %[[OK]] : i32\n"
+        "CHECK-NEXT: cf.cond_br %[[ADD_OK]], ^{{.*}}, ^fail\n"
+        "CHECK: %[[SUM:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr\n"
+        "CHECK-NEXT: llvm.store %[[SUM]], %own_slot0\n"  # owned: a later failure deletes it
+        + tensor_arg("RELU_ARGS", 0, "SUM")
+        + "CHECK-NEXT: func.call @trident_aten_relu(%[[RELU_ARGS]],\n"
+        "CHECK: func.call @trident_tensor_delete(%[[SUM]])\n"  # after its last use, before the result is made
+        "CHECK: func.call @trident_wrap_tensor\n"
+        "CHECK: llvm.store {{.*}}, %result\n"
+        "CHECK: ^fail:\n"
+        "CHECK: func.call @trident_tensor_delete\n"
+        "CHECK: %fail_value = arith.constant 1 : i32\n",
     )
 
 
 def test_other_ops_go_through_the_boxed_dispatcher() -> None:
     text, ops = lowered_program(lambda x: torch.cumsum(x, 0), torch.randn(3))
-    assert ops == [("aten::cumsum", "")]
+    assert ops == [("aten::cumsum", "")]  # operator handle 0 of the context's table
     filecheck(
         text,
-        """
-        CHECK: %[[OPSP:.*]] = llvm.getelementptr %ctx[0]
-        CHECK-NEXT: %[[OPS:.*]] = llvm.load %[[OPSP]] : !llvm.ptr -> !llvm.ptr
-        CHECK-NEXT: %[[P:.*]] = llvm.getelementptr %[[OPS]][0]
-        CHECK: %[[OP:.*]] = llvm.load %[[P]] : !llvm.ptr -> !llvm.ptr
-        CHECK: func.call @trident_op_call(%[[OP]], {{.*}}) : (!llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i64) -> i32
-        """,
+        TAGS + constant("TAG_INT", abi.TAG_INT) + constant("ZERO", 0) + constant("THREE", 3)
+        + "CHECK-DAG: %[[ARGS:args[0-9]+]] = llvm.alloca\n"
+        "CHECK: %[[X:.*]] = func.call @trident_tensor_handle\n"
+        # cumsum(x, dim=0, dtype=None)
+        + tensor_arg("ARGS", 0, "X")
+        + store("ARGS", 2, "TAG_INT") + store("ARGS", 3, "ZERO")
+        + store("ARGS", 4, "ZERO") + store("ARGS", 5, "ZERO")  # TAG_NONE
+        + "CHECK-NEXT: %[[OPSP:.*]] = llvm.getelementptr %ctx[0]\n"
+        "CHECK-NEXT: %[[OPS:.*]] = llvm.load %[[OPSP]] : !llvm.ptr -> !llvm.ptr\n"
+        "CHECK-NEXT: %[[P:.*]] = llvm.getelementptr %[[OPS]][0]\n"
+        "CHECK-NEXT: %[[OP:.*]] = llvm.load %[[P]] : !llvm.ptr -> !llvm.ptr\n"
+        "CHECK-NEXT: func.call @trident_op_call(%[[OP]], %[[ARGS]], %[[THREE]], %{{.*}}, %[[TAG_TENSOR]]) : "
+        "(!llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i64) -> i32\n",  # 3 arguments, 1 result
     )
+    assert abi.TAG_NONE == 0
 
 
 def test_tuple_output_and_returned_input() -> None:
     text, _ = lowered_program(lambda x: (x, x * 2), torch.randn(3))
     filecheck(
         text,
-        """
-        CHECK: func.call @trident_sequence_new
-        CHECK: func.call @trident_new_ref
-        CHECK: func.call @trident_sequence_set
-        CHECK: func.call @trident_wrap_tensor
-        CHECK: func.call @trident_sequence_set
-        """,
+        TAGS + constant("TWO", 2) + constant("ZERO", 0)
+        + "CHECK: %[[XP:.*]] = llvm.getelementptr %slots[0]\n"
+        "CHECK-NEXT: %[[XOBJ:.*]] = llvm.load %[[XP]] : !llvm.ptr -> !llvm.ptr\n"
+        "CHECK: func.call @trident_aten_mul_Scalar\n"
+        "CHECK: %[[PRODUCT:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr\n"
+        "CHECK: %[[TUPLE:.*]] = func.call @trident_sequence_new(%[[TAG_TENSOR]], %[[TWO]])\n"  # a tuple of 2
+        "CHECK: %[[SAME:.*]] = func.call @trident_new_ref(%[[XOBJ]])\n"  # the caller's x object itself
+        "CHECK: func.call @trident_sequence_set(%[[TUPLE]], %[[ZERO]], %[[SAME]])\n"
+        "CHECK: %[[WRAPPED:.*]] = func.call @trident_wrap_tensor(%[[PRODUCT]])\n"
+        "CHECK: func.call @trident_sequence_set(%[[TUPLE]], %[[TAG_TENSOR]], %[[WRAPPED]])\n"
+        "CHECK: llvm.store %[[TUPLE]], %result\n",
     )
 
 
 def test_int_list_argument_is_a_stack_array() -> None:
-    text, ops = lowered_program(lambda x: x.view(2, 3), torch.randn(6))
+    text, _ = lowered_program(lambda x: x.view(2, 3), torch.randn(6))
+    int_list_of_2 = abi.TAG_INT_LIST | (2 << 8)
     filecheck(
         text,
-        """
-        CHECK: %[[INTS:ints[0-9]+]] = llvm.alloca {{.*}} x i64
-        CHECK: llvm.store {{.*}} : i64, !llvm.ptr
-        CHECK: llvm.ptrtoint %[[INTS]]
-        CHECK: func.call @trident_aten_view
-        """,
+        TAGS + constant("TWO", 2) + constant("THREE", 3) + constant("LIST_TAG", int_list_of_2)
+        + "CHECK-DAG: %[[INTS:ints[0-9]+]] = llvm.alloca %[[TWO]] x i64\n"
+        "CHECK: %[[X:.*]] = func.call @trident_tensor_handle\n"
+        + tensor_arg("ARGS", 0, "X").replace("%[[ARGS]]", "%[[ARGS:args[0-9]+]]", 1)
+        + store("INTS", 0, "TWO") + store("INTS", 1, "THREE")  # [2, 3]
+        + "CHECK-NEXT: %[[LIST:.*]] = llvm.ptrtoint %[[INTS]] : !llvm.ptr to i64\n"
+        + store("ARGS", 2, "LIST_TAG") + store("ARGS", 3, "LIST")
+        + "CHECK-NEXT: func.call @trident_aten_view(%[[ARGS]],\n",
     )

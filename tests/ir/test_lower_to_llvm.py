@@ -29,9 +29,16 @@ def test_func_arith_cf_become_llvm() -> None:
         """
         CHECK: llvm.func @trident_global_state() -> i64
         CHECK: llvm.func @guard(%{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> i32
-        CHECK: llvm.call @trident_global_state()
-        CHECK: llvm.icmp "eq"
-        CHECK: llvm.cond_br
+        CHECK: %[[ONE:.*]] = llvm.mlir.constant(1 : i64) : i64
+        CHECK: %[[STATE:.*]] = llvm.call @trident_global_state() : () -> i64
+        CHECK-NEXT: %[[OK:.*]] = llvm.icmp "eq" %[[STATE]], %[[ONE]] : i64
+        CHECK-NEXT: llvm.cond_br %[[OK]], ^[[YES:.*]], ^[[FAIL:.*]]
+        CHECK: ^[[YES]]:
+        CHECK-NEXT: %[[R1:.*]] = llvm.mlir.constant(1 : i32) : i32
+        CHECK-NEXT: llvm.return %[[R1]] : i32
+        CHECK: ^[[FAIL]]:
+        CHECK-NEXT: %[[R0:.*]] = llvm.mlir.constant(0 : i32) : i32
+        CHECK-NEXT: llvm.return %[[R0]] : i32
         CHECK-NOT: func.
         """,
     )

@@ -115,32 +115,114 @@ def test_a_buffer_held_elsewhere_is_not_handed_out_again() -> None:
     _stashed.clear()
 
 
+_in_flight: dict[int, tuple[int, int]] = {}  # thread id -> (data_ptr, end) of the buffer its call holds
+_in_flight_lock = threading.Lock()
+_overlaps: list[str] = []
+_handed_out: list[int] = []  # data_ptr of every buffer a call held, in order
+_rendezvous: list[threading.Barrier] = []  # empty: calls do not wait for each other
+_library.define("hold(Tensor x) -> Tensor")
+
+
+def _hold(x: torch.Tensor) -> torch.Tensor:
+    """Runs inside a compiled call with its pooled buffer `x`; with a rendezvous set, every thread's call is
+    here at once: each records its buffer's byte range, checks it against those of the calls in flight in the
+    other threads, and leaves only after all have checked. Keeps no reference (the pool may reuse it later)."""
+    span = (x.data_ptr(), x.data_ptr() + x.untyped_storage().nbytes())
+    me = threading.get_ident()
+    with _in_flight_lock:
+        _handed_out.append(span[0])
+        _in_flight[me] = span
+    if _rendezvous:
+        _rendezvous[0].wait()  # releases the GIL: the other threads' calls run up to here
+        with _in_flight_lock:
+            for other, (start, end) in _in_flight.items():
+                if other != me and start < span[1] and span[0] < end:
+                    _overlaps.append(f"{span} overlaps {(start, end)} of a call in flight")
+        _rendezvous[0].wait()  # nobody leaves (letting its buffer go back to the pool) before all have checked
+    with _in_flight_lock:
+        del _in_flight[me]
+    return x * 1
+
+
+_library.impl("hold", _hold, "CPU")
+_library.impl("hold", lambda x: torch.empty_like(x), "Meta")
+
+
+def holding(x):  # type: ignore[no-untyped-def]
+    tmp = torch.empty_like(x)
+    tmp.copy_(x * 2)
+    return torch.ops.trident_pool_test.hold(tmp) + 1
+
+
 def test_overlapping_calls_in_threads_get_their_own_buffers() -> None:
-    jitted = trident.jit(stashing)
+    """Four threads' calls are in flight together (a barrier inside the program) at each of 25 rounds: the
+    pooled buffers they hold never overlap, while between rounds the pool does hand its kept buffer out again."""
+    threads_n, rounds = 4, 25
+    jitted = trident.jit(holding)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(torch.ones(64)), torch.full((64,), 3.0))  # compiled before the threads
+    pool = _pool(jitted)
+    _overlaps.clear()
+    _handed_out.clear()
+    _rendezvous[:] = [threading.Barrier(threads_n, timeout=60)]
     failures: list[str] = []
 
     def worker(seed: int) -> None:
-        with torch.no_grad():
-            for i in range(100):
-                x = torch.full((64,), float(seed * 1000 + i))
-                if not torch.equal(jitted(x), x * 2 + 1):
-                    failures.append(f"thread {seed} call {i}")
-                _stashed.clear()
+        try:
+            with torch.no_grad():
+                for i in range(rounds):
+                    x = torch.full((64,), float(seed * 1000 + i))
+                    if not torch.equal(jitted(x), x * 2 + 1):
+                        failures.append(f"thread {seed} call {i}")
+        except Exception as e:  # noqa: BLE001 - reported below; a broken barrier names the first failure
+            failures.append(f"thread {seed}: {e!r}")
+            _rendezvous[0].abort()
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures
+    reuses = pool.reuses  # type: ignore[attr-defined]
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(threads_n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        _rendezvous.clear()
+    assert not failures and not _overlaps, (failures, _overlaps[:3])
+    assert len(_handed_out) == threads_n * rounds
+    assert pool.reuses > reuses  # type: ignore[attr-defined]  # the kept buffer was handed out in these rounds
+    assert len(set(_handed_out)) < len(_handed_out)  # the same memory served calls of different rounds
+    assert jitted._trident.eager_calls == 0  # type: ignore[attr-defined]
 
 
 def test_changed_sizes_allocate_and_stay_correct() -> None:
+    """A site whose size changed allocates (its kept buffer does not fit) and keeps the new buffer; the same size
+    again reuses it. Rows become symbolic at the second size (specialization 1, its own pool); 3 rows again is
+    specialization 0's, whose pool still keeps its 3-row buffers."""
     jitted = trident.jit(scaled)
+    seen = []
     with torch.no_grad():
-        for n in (3, 5, 5, 9, 3):
+        for n in (3, 5, 5, 9, 9, 3, 5):
+            hits = list(jitted._trident.entry.hits())  # type: ignore[attr-defined]
+            pools = [s.compiled.buffer_pool for s in jitted._trident.specializations]  # type: ignore[attr-defined]
+            before = [(p.allocations, p.reuses) for p in pools]
             x, y = torch.randn(n, 4), torch.randn(n, 4)
             torch.testing.assert_close(jitted(x, y), scaled(x, y))
+            after = list(jitted._trident.entry.hits())  # type: ignore[attr-defined]
+            spec = next(i for i in range(len(after)) if after[i] != (hits + [0])[i])  # the one that ran it
+            pool = jitted._trident.specializations[spec].compiled.buffer_pool  # type: ignore[attr-defined]
+            allocations, reuses = (before + [(0, 0)])[spec]
+            seen.append((n, spec, pool.allocations - allocations, pool.reuses - reuses, pool.held_bytes))
+    assert seen == [
+        # rows, specialization, allocations, reuses, bytes kept after the call (two (n, 4) float32 buffers)
+        (3, 0, 2, 0, 2 * 3 * 16),
+        (5, 1, 2, 0, 2 * 5 * 16),
+        (5, 1, 0, 2, 2 * 5 * 16),
+        (9, 1, 2, 0, 2 * 9 * 16),  # the 5-row buffers do not fit: new ones, kept in their place
+        (9, 1, 0, 2, 2 * 9 * 16),
+        (3, 0, 0, 2, 2 * 3 * 16),
+        (5, 1, 2, 0, 2 * 5 * 16),
+    ]
+    assert jitted._trident.eager_calls == 0  # type: ignore[attr-defined]
 
 
 def test_limit_bounds_what_is_kept() -> None:
