@@ -4,11 +4,16 @@ An eager result always equals eager, so a suite that compares values alone stays
 working (before strict mode, 75 of 117 CPU e2e items passed with capture patched to raise). This runs a sample
 of the suite in a pytest subprocess with tests/meta/broken_capture_plugin.py, which makes every capture raise
 (every jitted call then runs eagerly), and asserts that every item fails (but the few listed in MAY_PASS, which
-check what happens before any capture), nearly all because a call ran eagerly. The subprocess gets no TRIDENT_STRICT from here: strict mode must come from the suite's own conftest.
+check what happens before any capture), nearly all because a call ran eagerly. The subprocess gets no
+TRIDENT_STRICT from here: strict mode must come from the suite's own conftest.
+
+Measured (2 cores, torch 2.13.0+cpu, Triton 3.6.0): 50 of 53 items fail, all 50 naming the fallback; with strict
+mode off, 27 of the 53 passed. A test rather than a CI step: it runs wherever the suite runs (./dev test, both CI
+pairs, a developer's machine), so a test added later that cannot tell a broken compiler fails there first.
 
 The sample: the end-to-end programs, automatic dynamism, modules, and two fuzz properties -- the files where a
 silent fallback hid most easily. Nothing compiles and properties do not shrink, so the run costs little
-more than pytest's start (~30-40 s on 2 busy cores).
+more than pytest's start (40-60 s on 2 cores shared with other work).
 """
 from __future__ import annotations
 
