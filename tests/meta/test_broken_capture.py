@@ -49,7 +49,8 @@ def test_a_sample_of_the_suite_fails_loudly_when_capture_is_broken(tmp_path: Pat
          "--broken-capture-report", str(report), *SAMPLE],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert report.exists(), f"the sample run wrote no report (rc {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    output = done.stdout[-3000:] + done.stderr[-3000:]
+    assert report.exists(), f"the sample run wrote no report (rc {done.returncode}):\n{output}"
     data = json.loads(report.read_text())
     assert data["strict"], "the suite's conftest did not turn strict mode on (TRIDENT_STRICT)"
     items = data["items"]
