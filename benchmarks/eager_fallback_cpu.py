@@ -25,6 +25,7 @@ import torch
 
 import trident
 from trident.fallback import EagerFallbacks
+from trident.testing import expect_fallback
 
 
 def program(x: torch.Tensor, a: np.ndarray) -> torch.Tensor:
@@ -57,7 +58,9 @@ def main() -> None:
         state.fallbacks = EagerFallbacks()  # forget the decision: this call captures again
         return every_call(x, a)
 
-    with torch.no_grad():
+    # Every Trident call here runs eagerly on purpose; under TRIDENT_STRICT=1 (the smoke test inherits it) any
+    # other fallback, or none at all, fails the run.
+    with torch.no_grad(), expect_fallback("capturing 'program' raised RuntimeError"):
         results = {
             "eager": best_us(lambda: program(x, a), args.calls, args.rounds),
             "trident, remembered": best_us(lambda: remembered(x, a), args.calls, args.rounds),
@@ -73,7 +76,9 @@ def main() -> None:
         "load_average": os.getloadavg(),
     }  # fmt: skip
     if args.json is not None:
-        data = {"us_per_call": results, "guard_sets_remembered": len(captures), "machine": machine}
+        eager_calls = [remembered._trident.eager_calls, state.eager_calls]  # type: ignore[attr-defined]
+        data = {"us_per_call": results, "guard_sets_remembered": len(captures), "eager_calls": eager_calls,
+                "machine": machine}
         args.json.write_text(json.dumps(data, indent=2))
 
 

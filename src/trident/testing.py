@@ -39,8 +39,8 @@ def strict(enabled: bool = True) -> Iterator[None]:
 
 @contextlib.contextmanager
 def allow_fallback() -> Iterator[list[FallbackEvent]]:
-    """Eager fallbacks are allowed inside; yields the list of those that happened (filled as they happen).
-    For harnesses that assert on the share themselves (the fuzz)."""
+    """Eager fallbacks are allowed inside; yields the list of those that happened, filled when the block ends
+    (with those of any thread in that time). For harnesses that assert on the share themselves (the fuzz)."""
     from . import fallback
 
     with fallback._lock:
@@ -59,13 +59,19 @@ def allow_fallback() -> Iterator[list[FallbackEvent]]:
 @contextlib.contextmanager
 def expect_fallback(match: str = "", *, function: str | None = None) -> Iterator[list[FallbackEvent]]:
     """The block must run at least one call eagerly whose reason contains `match` (and, given `function`, of
-    that jitted function); any fallback inside is allowed. Fails with AssertionError otherwise."""
+    that jitted function), and every call it runs eagerly must match: a fallback of another kind inside the
+    block is as unexpected as one outside it. Fails with AssertionError otherwise; yields the block's events."""
     with allow_fallback() as seen:
         yield seen
     matching = [e for e in seen if match in e.reason and (function is None or e.function == function)]
+    expected = f"an eager fallback whose reason contains {match!r}" + (f" of '{function}'" if function else "")
     if not matching:
         got = "; ".join(f"'{e.function}': {e.reason}" for e in seen) or "no eager fallback at all"
-        raise AssertionError(f"expected an eager fallback whose reason contains {match!r}; got {got}")
+        raise AssertionError(f"expected {expected}; got {got}")
+    others = [e for e in seen if e not in matching]
+    if others:
+        got = "; ".join(f"'{e.function}': {e.reason}" for e in others)
+        raise AssertionError(f"expected only {expected}; also got {got}")
 
 
 def unexpected_fallbacks() -> list[FallbackEvent]:

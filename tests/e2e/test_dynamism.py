@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 import trident
-from trident.testing import count_compiles, triton_launch_sites
+from trident.testing import count_compiles, expect_fallback, triton_launch_sites
 
 
 def same(a: object, b: object) -> bool:
@@ -264,7 +264,10 @@ def test_row_strides_share_one_specialization() -> None:
 def test_expanded_and_transposed_inputs_are_never_confused() -> None:
     """Strides 0 (expanded) and unit strides become symbols once they vary, but what the trace relied on is
     guarded: an in-place update of an expanded input raises as in eager, a view of a non-contiguous input is
-    refused as in eager, whatever was compiled before."""
+    refused as in eager, whatever was compiled before.
+
+    Where eager raises, so does the capture (at `x.view(-1)`: the symbolic strides cannot be flattened), so
+    those calls run eagerly and raise eager's error: the only fallbacks; every call that returns runs natively."""
 
     def update(x, y):  # type: ignore[no-untyped-def]
         x.add_(y)
@@ -292,7 +295,8 @@ def test_expanded_and_transposed_inputs_are_never_confused() -> None:
             try:
                 want = update(want_in, y)
             except RuntimeError as e:
-                with pytest.raises(RuntimeError) as raised:
+                refused = "return x.view(-1): Cannot view a tensor"  # the capture, where eager raises (docstring)
+                with expect_fallback(refused), pytest.raises(RuntimeError) as raised:
                     f(got_in, y)
                 assert str(raised.value).split("\n")[0] == str(e).split("\n")[0]
                 outcomes.append("raised")
@@ -301,6 +305,7 @@ def test_expanded_and_transposed_inputs_are_never_confused() -> None:
             outcomes.append("ok")
     assert outcomes == ["ok", "raised", "raised", "ok", "ok", "raised"] * 2  # [:, ::2] views as stride 2
     assert hits(f)[0] == 4  # every contiguous call ran the first specialization natively
+    assert sum(hits(f)) == outcomes.count("ok") and f._trident.eager_calls == outcomes.count("raised")
 
 
 def _random_layout(rng: random.Random, rows: int, cols: int) -> torch.Tensor:

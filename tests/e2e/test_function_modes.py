@@ -99,4 +99,4 @@ def test_disabling_torch_functions_is_part_of_the_guard() -> None:
         torch.testing.assert_close(jitted(x), torch.zeros(3))  # enabled again: the first specialization
     assert compiles() == 2
     assert "torch functions off" in trident.explain(jitted)
-    assert sum(jitted._trident.entry.hits()) >= 4  # type: ignore[attr-defined]
+    assert sum(jitted._trident.entry.hits()) == 6  # every call ran natively (a compile's first call counts)

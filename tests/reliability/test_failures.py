@@ -68,7 +68,7 @@ def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_containe
     for the pass pipeline, the torch-mlir-opt command that replays it); specializations compiled before keep
     working, and other inputs compile once the failure is gone."""
     from trident.lowering import pipeline
-    from trident.testing import count_compiles
+    from trident.testing import count_compiles, expect_fallback
 
     @trident.jit
     def fn(x):  # type: ignore[no-untyped-def]
@@ -83,7 +83,9 @@ def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_containe
 
         monkeypatch.setattr(pipeline, "lower_to_llvm" if stage_name == "llvm" else "NativeModule", failing)
         y = torch.randn(2, 5, 7)
-        with pytest.warns(UserWarning, match="trident: compiling") as records:
+        with pytest.warns(UserWarning, match="trident: compiling") as records, expect_fallback(
+            f"at stage '{stage_name}': RuntimeError: injected {stage_name} failure"
+        ):
             torch.testing.assert_close(fn(y), (y * 2).sum(-1))  # another rank: a new specialization: eager
         message = str(records[0].message)
         assert f"at stage '{stage_name}'" in message and f"injected {stage_name} failure" in message
@@ -99,3 +101,4 @@ def test_an_llvm_failure_writes_the_ir_and_the_replay_command_and_stays_containe
         with count_compiles() as compiles:
             torch.testing.assert_close(fn(torch.ones(2, 5, 8)), torch.full((2, 5), 16.0))  # and it compiles now
         assert compiles() == 1
+    assert fn._trident.eager_calls == 1 and sum(fn._trident.entry.hits()) == 4

@@ -6,6 +6,7 @@ the compiled ones keep hitting, one warning is given and explain names the reaso
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import trident
 from trident.knobs import override  # `trident.knobs` is the Knobs instance, not the module
-from trident.testing import count_compiles
+from trident.testing import count_compiles, expect_fallback
 
 CAP = 3
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.bfloat16]
@@ -39,6 +40,11 @@ def assert_same(actual: object, expected: object) -> None:
         assert torch.equal(actual, expected)
 
 
+def past_the_cap(eager: bool, cap: int) -> contextlib.AbstractContextManager[object]:
+    """expect_fallback around the calls past the cap; strict (no fallback allowed) around the compiled ones."""
+    return expect_fallback(f"reached TRIDENT_MAX_SPECIALIZATIONS={cap}") if eager else contextlib.nullcontext()
+
+
 def trident_warnings(records: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in records if str(w.message).startswith("trident:")]
 
@@ -48,12 +54,14 @@ def test_past_the_cap_new_inputs_run_eagerly_with_one_warning(recwarn: pytest.Wa
     state = f._trident
     with override(max_specializations=CAP), torch.no_grad(), count_compiles() as compiles:
         for _ in range(ROUNDS):
-            for dtype in DTYPES:
+            for i, dtype in enumerate(DTYPES):
                 x = make(dtype)
-                assert_same(f(x, 1), program(x, 1))
+                with past_the_cap(i >= CAP, CAP):
+                    assert_same(f(x, 1), program(x, 1))
         # a new size of a compiled dtype would need a new (symbolic) specialization: eager as well
         x = make(torch.float32, rows=9)
-        assert_same(f(x, 1), program(x, 1))
+        with past_the_cap(True, CAP):
+            assert_same(f(x, 1), program(x, 1))
 
     assert compiles() == CAP == len(state.specializations)
     eager = len(DTYPES) - CAP
@@ -74,11 +82,13 @@ def test_each_function_warns_once_for_its_own_cap() -> None:
     f, g = trident.jit(program), trident.jit(program)
     with override(max_specializations=1), torch.no_grad(), pytest.warns(UserWarning) as records:
         for fn in (f, g, f, g):
-            for dtype in DTYPES[:3]:
+            for i, dtype in enumerate(DTYPES[:3]):
                 x = make(dtype)
-                assert_same(fn(x, 2), program(x, 2))
+                with past_the_cap(i > 0, 1):
+                    assert_same(fn(x, 2), program(x, 2))
     messages = trident_warnings(records.list)
     assert len(messages) == 2, messages  # one per function
     assert len(f._trident.specializations) == len(g._trident.specializations) == 1
+    assert f._trident.eager_calls == g._trident.eager_calls == 4 and sum(f._trident.entry.hits()) == 2
     assert "TRIDENT_MAX_SPECIALIZATIONS=1" in trident.explain(f)
     assert "TRIDENT_MAX_SPECIALIZATIONS=1" in trident.explain(g)

@@ -67,4 +67,6 @@ def test_eager_fallback_cpu_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
     assert data["guard_sets_remembered"] == 1
+    # every timed Trident call ran eagerly (warm-up + 20 calls each; "captured every call" does 20 // 20 = 1)
+    assert data["eager_calls"] == [21, 2]
     assert set(data["us_per_call"]) == {"eager", "trident, remembered", "trident, captured every call"}
