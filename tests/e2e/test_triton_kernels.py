@@ -177,16 +177,36 @@ def test_three_kernels_and_matmuls(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_zero_sized_grid_launches_nothing(device: str) -> None:
-    @trident.jit
-    def fn(x, y):  # type: ignore[no-untyped-def]
-        out = torch.zeros_like(x)
-        add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
-        return out
+def test_zero_sized_grid_launches_nothing(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch whose grid has a zero dimension launches nothing (as in Triton) from the compiled code: neither
+    the interpreter nor Triton's launcher is reached, the call is a native hit, and the results are eager's;
+    the next non-empty call of the same program does launch (so the counting sees launches)."""
+    import trident.capture.triton_launches as launches
 
-    x = torch.randn(0, device=device)
-    assert fn(x, x).shape == (0,)
-    assert_native(fn, hits=1, compiles=1)  # a grid of size 0 launches nothing, natively or not: no launch counts
+    reached: list[str] = []
+    run_on_cpu, with_triton = launches.run_recorded_launch_on_cpu, launches.RecordedLaunch._launch_with_triton
+    monkeypatch.setattr(launches, "run_recorded_launch_on_cpu",
+                        lambda *a, **k: reached.append("interpreter") or run_on_cpu(*a, **k))
+    monkeypatch.setattr(launches.RecordedLaunch, "_launch_with_triton",
+                        lambda self, *a, **k: reached.append("triton") or with_triton(self, *a, **k))
+
+    def program(x, y):  # type: ignore[no-untyped-def]
+        out = torch.full_like(x, 7.0)
+        add_kernel[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+        return out, x.numel(), (x * 2).sum()
+
+    fn = trident.jit(program)
+    empty = torch.randn(0, device=device)
+    with torch.no_grad(), count_compiles() as compiles:
+        out, n, total = fn(empty, empty)
+        assert reached == []  # nothing launched
+        # eager's values (computed without the kernel: an eager launch on CPU tensors needs TRITON_INTERPRET)
+        assert (out.shape, out.stride(), out.dtype, out.device) == ((0,), (1,), empty.dtype, empty.device)
+        assert n == 0 and torch.equal(total, (empty * 2).sum())
+        x, y = torch.randn(40, device=device), torch.randn(40, device=device)
+        torch.testing.assert_close(fn(x, y)[0], x + y)  # a grid of 3: launched once
+    assert reached == ["interpreter" if device == "cpu" else "triton"]
+    assert compiles() == 2 and fn._trident.entry.hits() == [1, 1] and fn._trident.eager_calls == 0
 
 
 @pytest.mark.parametrize("device", DEVICES)
