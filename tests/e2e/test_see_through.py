@@ -195,6 +195,26 @@ def test_a_body_reading_a_value_stays_opaque(device: str) -> None:
     assert "traced into trident_see_through::gemv" in text
 
 
+def test_a_refusal_the_function_catches_still_keeps_the_op_opaque() -> None:
+    """Capture raises out of a refused body; a function that catches every exception around the op must not
+    leave the partial body in the program: the capture is retried with the op opaque."""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        try:
+            y = normalize(x)
+        except Exception:  # noqa: BLE001 -- eager never gets here
+            y = x * 0
+        return y + 1
+
+    f = trident.jit(step)
+    x = torch.randn(8)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(f(x), x / x.abs().max() + 1, rtol=0, atol=0)
+    assert hits(f) == 2 and f._trident.eager_calls == 0  # type: ignore[attr-defined]
+    assert "opaque trident_see_through::normalize: its CPU kernel: .item()" in trident.explain(f)
+
+
 def test_a_body_breaking_its_schema_stays_opaque() -> None:
     """A body writing an argument its schema does not declare mutable runs opaquely, as eager calls it."""
 

@@ -346,8 +346,12 @@ class SeeThroughMode(TorchDispatchMode):
         devices = {t.device.type for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         if not devices and isinstance(kwargs.get("device"), (str, torch.device)):
             devices = {torch.device(kwargs["device"]).type}  # type: ignore[arg-type]
-        if len(devices) != 1:
-            return None  # no tensor (a factory without a device), or tensors on several devices: recorded as is
+        if devices == {"cpu", "cuda"}:
+            devices = {"cuda"}  # CPU scalars beside CUDA tensors (x + 1.0): the dispatcher picks CUDA's kernel
+        if len(devices) != 1 or "meta" in devices:
+            # No tensor (a factory without a device), tensors on other mixes of devices, or meta tensors (whose
+            # kernels are fake implementations): recorded as is.
+            return None
         key = torch._C._dispatch_key_for_device(devices.pop())
         memo = (func, key)
         if memo not in self._kernels:
