@@ -143,6 +143,9 @@ def test_custom_op_gemv_is_traced_into(device: str) -> None:
     text = trident.explain(f)
     assert "traced into trident_see_through::gemv (custom op, " in text and ": 2 call(s)" in text, text
     assert "Python kernels registered for trident_see_through::gemv" in text  # guarded
+    if device == "cuda":  # the autotuner tuned in eager's call; the winner launches natively
+        assert all(site.disabled_reason is None for site in sites), text  # type: ignore[attr-defined]
+        assert sum(site.native_launches for site in sites) >= 4, text  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -358,3 +361,26 @@ def test_removing_an_override_recompiles() -> None:
     assert "Python kernels registered for aten::" in f._trident.last_miss_reason  # type: ignore[attr-defined]
     (first, second) = f._trident.specializations  # type: ignore[attr-defined]
     assert len(first.compiled.launch_sites) == 4 and not second.compiled.launch_sites
+
+
+@pytest.mark.gpu
+def test_flag_gems_enabled_around_the_calls_is_traced_into() -> None:
+    """flag-gems registers its Triton kernels as ATen's CUDA implementations; with them registered around the
+    calls (not inside the jitted function), their bodies are traced into. Ops whose body capture refuses stay
+    opaque (explain says which and why) and still compute gems' result."""
+    flag_gems = pytest.importorskip("flag_gems", reason="flag-gems is not installed")
+
+    def step(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.silu(x @ w + b)
+        return h * torch.sigmoid(h) + torch.exp(x[:, :1])
+
+    x, w, b = torch.randn(4, 64, device="cuda"), torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
+    f = trident.jit(step)
+    with flag_gems.use_gems(), torch.no_grad():
+        expected = step(x, w, b)
+        for _ in range(3):
+            torch.testing.assert_close(f(x, w, b), expected, rtol=1e-5, atol=1e-5)
+        text = trident.explain(f)
+    print(text)
+    assert hits(f) == 3 and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
+    assert "traced into aten::" in text and triton_launch_sites(f), text
