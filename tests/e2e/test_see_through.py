@@ -142,7 +142,7 @@ def test_custom_op_gemv_is_traced_into(device: str) -> None:
     assert not any("gemv" in call for call in aten_calls(f))
     text = trident.explain(f)
     assert "traced into trident_see_through::gemv (custom op, " in text and ": 2 call(s)" in text, text
-    assert "Python kernels registered for trident_see_through::gemv" in text  # guarded
+    assert "Python kernel of trident_see_through::gemv for " in text  # guarded
     if device == "cuda":  # the autotuner tuned in eager's call; the winner launches natively
         assert all(site.disabled_reason is None for site in sites), text  # type: ignore[attr-defined]
         assert sum(site.native_launches for site in sites) >= 4, text  # type: ignore[attr-defined]
@@ -299,6 +299,9 @@ def _binary(op: int, name: str):  # type: ignore[no-untyped-def]
     return kernel
 
 
+_add, _mul = _binary(0, "add"), _binary(1, "mul")
+
+
 def _sigmoid(x: torch.Tensor) -> torch.Tensor:
     OVERRIDE_CALLS["sigmoid"] += 1
     out = torch.empty_like(x)
@@ -312,8 +315,8 @@ def triton_pointwise(device: str) -> Iterator[None]:
     lib = torch.library.Library("aten", "IMPL")
     key = "CPU" if device == "cpu" else "CUDA"
     try:
-        lib.impl("add.Tensor", _binary(0, "add"), key)
-        lib.impl("mul.Tensor", _binary(1, "mul"), key)
+        lib.impl("add.Tensor", _add, key)
+        lib.impl("mul.Tensor", _mul, key)
         lib.impl("sigmoid", _sigmoid, key)
         yield
     finally:
@@ -345,9 +348,10 @@ def test_aten_pointwise_overrides_are_traced_into(device: str) -> None:
     torch.testing.assert_close(expected, x * torch.sigmoid(x) * y + x)
 
 
-def test_removing_an_override_recompiles() -> None:
+def test_removing_an_override_recompiles_and_registering_it_again_hits() -> None:
     """Which kernel an op has is guarded: after the override is removed the specialization that traced into it
-    misses, and the new one calls ATen's own kernel."""
+    misses, and the new one calls ATen's own kernel; registering the same functions again (a library's
+    context manager entered anew) matches the first specialization again."""
     f = trident.jit(_silu_mlp)
     x, y = torch.randn(64), torch.randn(64)
     with torch.no_grad(), count_compiles() as compiles:
@@ -355,10 +359,17 @@ def test_removing_an_override_recompiles() -> None:
             f(x, y)
             f(x, y)
         torch.testing.assert_close(f(x, y), x * torch.sigmoid(x) * y + x, rtol=0, atol=0)
+        assert "Python kernel of aten::" in f._trident.last_miss_reason  # type: ignore[attr-defined]
         torch.testing.assert_close(f(x, y), x * torch.sigmoid(x) * y + x, rtol=0, atol=0)
+        with triton_pointwise("cpu"):
+            with interpret_cpu_launches():
+                expected = _silu_mlp(x, y)
+            before = dict(OVERRIDE_CALLS)
+            torch.testing.assert_close(f(x, y), expected, rtol=0, atol=0)
+            assert OVERRIDE_CALLS == before  # the first specialization, natively
     assert compiles() == 2 and f._trident.eager_calls == 0  # type: ignore[attr-defined]
-    assert "Python kernels registered for aten::sigmoid" in trident.explain(f)
-    assert "Python kernels registered for aten::" in f._trident.last_miss_reason  # type: ignore[attr-defined]
+    assert f._trident.entry.hits() == [3, 2], trident.explain(f)  # type: ignore[attr-defined]
+    assert "Python kernel of aten::sigmoid for CPU" in trident.explain(f)
     (first, second) = f._trident.specializations  # type: ignore[attr-defined]
     assert len(first.compiled.launch_sites) == 4 and not second.compiled.launch_sites
 
@@ -384,3 +395,37 @@ def test_flag_gems_enabled_around_the_calls_is_traced_into() -> None:
     print(text)
     assert hits(f) == 3 and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
     assert "traced into aten::" in text and triton_launch_sites(f), text
+
+
+EARLY_OP_PROGRAM = """
+import json, torch
+@torch.library.custom_op("trident_see_through_early::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+import trident  # after the op is defined: capture finds it in torch's own table of custom ops
+f = trident.jit(lambda x: twice(x) + 1)
+x = torch.randn(5)
+with torch.no_grad():
+    ok = all(torch.equal(f(x), x * 2 + 1) for _ in range(2))
+state = f._trident
+print(json.dumps({"ok": ok, "hits": sum(state.entry.hits()), "explain": trident.explain(f),
+                  "calls": [c for s in state.specializations for c in s.compiled.aten_calls]}))
+"""
+
+
+def test_a_custom_op_defined_before_trident_is_imported_is_traced_into() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRIDENT_DISK_CACHE": "0"}
+    done = subprocess.run([sys.executable, "-c", EARLY_OP_PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["hits"] == 2, result["explain"]
+    assert result["calls"] == ["aten::mul.Scalar", "aten::add.Scalar"], result["explain"]
+    assert "traced into trident_see_through_early::twice (custom op, CPU kernel)" in result["explain"]

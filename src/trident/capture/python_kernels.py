@@ -28,9 +28,13 @@ a fake implementation, any exception): the capture is retried with that op opaqu
 (`Retry`), so nothing the partial body recorded survives, and `explain` names the op and the reason.
 
 What is fixed at capture. The body's Python state (config dicts, autotune caches) is read at capture like the
-user's own code. Which kernel an op has is guarded: every registration or removal for an op bumps its counter
-in `KernelVersions` (a class attribute per op, read natively like the hook counter in module_state.py), and a
-specialization that traced into an op guards that counter, so re-registering or removing the kernel recompiles.
+user's own code. Which kernel an op has is guarded: `KernelVersions` holds, per (op, dispatch key), a token of
+the function registered there now (absent: none), updated on every registration and removal and read natively
+like the hook counter in module_state.py. A specialization that traced into an op guards the token of the key
+it found the function at and of the call's backend key, so removing the kernel, or registering another one,
+recompiles; registering the same function again (flag-gems' `use_gems()` entered anew) does not. Tokens are
+numbered in the order functions are first registered, so a new process that registers the same way gets the
+same tokens (warm start).
 
 Knobs: TRIDENT_SEE_THROUGH=0 keeps every op opaque; TRIDENT_OPAQUE_OPS="ns::op[.overload],..." or
 `keep_opaque(...)` keeps the named ones opaque (for a library whose body misbehaves under capture).
@@ -59,8 +63,9 @@ from ..knobs import knobs
 
 
 class KernelVersions:
-    """One class attribute per operator ("ns::name.overload"): how many Python kernel registrations and removals
-    it has seen since trident was imported (absent: none). Specializations that traced into an op guard it."""
+    """One class attribute per (operator, dispatch key), named "ns::name.overload/Key": the token of the Python
+    function registered there now (-1: a kernel Trident does not trace into; absent: none since trident was
+    imported). Specializations that traced into an op guard it (module docstring)."""
 
 
 @dataclasses.dataclass
@@ -70,8 +75,9 @@ class _Registration:
     location: str  # "registered at FILE:LINE", as the dispatcher describes the library's kernels
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _registrations: dict[tuple[str, str], list[_Registration]] = collections.defaultdict(list)  # (op, key) ->
+_tokens: dict[int, tuple[Callable[..., Any], int]] = {}  # id(fn) -> (fn, token); holding fn keeps its id unique
 _watched = False
 _opaque_by_api: set[str] = set()
 
@@ -86,8 +92,34 @@ def op_name(op: torch._ops.OpOverload) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _bump(op: str) -> None:
-    setattr(KernelVersions, op, KernelVersions.__dict__.get(op, 0) + 1)
+def _token(fn: Callable[..., Any] | None) -> int:
+    if fn is None:
+        return -1
+    known = _tokens.get(id(fn))
+    if known is None:
+        known = _tokens[id(fn)] = (fn, len(_tokens) + 1)
+    return known[1]
+
+
+def _live(entry: _Registration) -> bool:
+    library = entry.library()
+    return library is not None and getattr(library, "m", None) is not None
+
+
+def _refresh(op: str, key: str) -> None:
+    """Set KernelVersions' attribute of (op, key) to the token of the newest live registration there."""
+    with _lock:
+        live = [e for e in _registrations.get((op, key), ()) if _live(e)]
+        name = f"{op}/{key}"
+        if live:
+            setattr(KernelVersions, name, _token(live[-1].fn))
+        elif name in KernelVersions.__dict__:
+            delattr(KernelVersions, name)
+
+
+def _refresh_all(pairs: Sequence[tuple[str, str]]) -> None:
+    for op, key in pairs:
+        _refresh(op, key)
 
 
 def watch() -> None:
@@ -112,8 +144,7 @@ def watch() -> None:
             try:
                 return original_destroy(self)
             finally:
-                for op in getattr(self, "_trident_ops", ()):
-                    _bump(op)
+                _refresh_all(sorted(getattr(self, "_trident_keys", ())))
 
         impl.__wrapped__ = original_impl  # type: ignore[attr-defined]
         destroy.__wrapped__ = original_destroy  # type: ignore[attr-defined]
@@ -135,11 +166,12 @@ def _note(library: Any, name: object, fn: Any, key: str, with_keyset: bool, fall
         entries = _registrations[(op, key)]
         entries[:] = [e for e in entries if e.library() is not None]
         entries.append(_Registration(usable, weakref.ref(library), location or ""))
-    ops = library.__dict__.setdefault("_trident_ops", set())
-    if op not in ops:
-        ops.add(op)
-        weakref.finalize(library, _bump, op)  # a collected library's kernels leave the dispatcher
-    _bump(op)
+    keys = library.__dict__.get("_trident_keys")
+    if keys is None:
+        keys = library.__dict__["_trident_keys"] = set()
+        weakref.finalize(library, _refresh_all, keys)  # a collected library's kernels leave the dispatcher
+    keys.add((op, key))
+    _refresh(op, key)
 
 
 _ROW = re.compile(r"^(?P<key>[A-Za-z]+)(?:\[alias\])?: (?P<location>registered at \S+?)(?: ::.*| \[.*)?$")
@@ -171,6 +203,7 @@ class Kernel:
     fn: Callable[..., Any]
     key: str  # the backend key ("CPU", "CUDA")
     kind: str  # "custom op" or "Python kernel" (Library.impl)
+    registered_key: str  # where it is registered: the backend key or CompositeExplicitAutograd
 
 
 def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
@@ -205,13 +238,13 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
         if entry.fn is None:
             return None
         kind = "custom op" if opdef is not None else "Python kernel"
-        return Kernel(name, entry.fn, backend_key, kind)
+        return Kernel(name, entry.fn, backend_key, kind, registered_key)
     if opdef is not None and "torch/_library/" in location.replace("\\", "/"):
         # A custom_op defined before trident was imported: torch's own table has its implementations.
         device = None if registered_key == "CompositeExplicitAutograd" else _device_type(backend_key)
         fn = opdef._backend_fns.get(device)
         if fn is not None:
-            return Kernel(name, fn, backend_key, "custom op")
+            return Kernel(name, fn, backend_key, "custom op", registered_key)
     return None
 
 
@@ -269,6 +302,8 @@ class Report:
     traced: dict[str, int] = dataclasses.field(default_factory=dict)
     kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # op -> "custom op, CPU kernel"
     opaque: dict[str, str] = dataclasses.field(default_factory=dict)  # op -> reason
+    # "op/Key" attributes of KernelVersions the traced-into kernels were found through, with their value then.
+    depends: dict[str, object] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> list[str]:
         lines = [f"traced into {op} ({self.kinds[op]}): {n} call(s)" for op, n in self.traced.items()]
@@ -280,10 +315,10 @@ class Report:
         from .inputs import LeafKind
 
         out = []
-        for op in self.traced:
-            value = KernelVersions.__dict__.get(op, ABSENT)
+        for name, value in self.depends.items():
             kind = LeafKind.INT if isinstance(value, int) else LeafKind.OBJECT  # ABSENT: must stay absent
-            out.append(AttributeGuard(f"Python kernels registered for {op}", KernelVersions, op, False, kind, value))
+            op, key = name.rsplit("/", 1)
+            out.append(AttributeGuard(f"Python kernel of {op} for {key}", KernelVersions, name, False, kind, value))
         return out
 
 
@@ -384,8 +419,13 @@ class SeeThroughMode(TorchDispatchMode):
         mismatch = _schema_mismatch(func, args, kwargs, result, _written(graph, last))
         if mismatch is not None:
             raise self._refuse(kernel.op, mismatch)
+        from .guards import ABSENT
+
         self.report.traced[kernel.op] = self.report.traced.get(kernel.op, 0) + 1
         self.report.kinds[kernel.op] = f"{kernel.kind}, {kernel.key} kernel"
+        for key in dict.fromkeys((kernel.registered_key, kernel.key)):
+            name = f"{kernel.op}/{key}"
+            self.report.depends.setdefault(name, KernelVersions.__dict__.get(name, ABSENT))
         return result
 
 
