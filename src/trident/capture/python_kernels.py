@@ -337,8 +337,7 @@ class SeeThroughMode(TorchDispatchMode):
         self.body_modes = body_modes
         self.report = Report(opaque=dict(opaque))
         self._kernels: dict[tuple[object, str], Kernel | None] = {}
-        self._depth = 0  # inside a traced body
-        self._current = ""  # the op whose body runs
+        self._bodies: list[str] = []  # the ops whose bodies are running, outermost first
         # Refusals, also those the user's code caught (`try: op(x) except Exception`): the capture retries anyway.
         self.refusals: list[Retry] = []
 
@@ -356,8 +355,8 @@ class SeeThroughMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if not isinstance(func, torch._ops.OpOverload):
             return func(*args, **kwargs)
-        if self._depth and op_name(func) in _VALUE_READ_OPS:
-            raise self._refuse(self._current, "its kernel reads a tensor's value in Python (.item(), .tolist(), a host "
+        if self._bodies and op_name(func) in _VALUE_READ_OPS:
+            raise self._refuse(self._bodies[-1], "its kernel reads a tensor's value in Python (.item(), .tolist(), a host "
                         "sync or data-dependent control flow)")
         kernel = self._kernel(func, args, kwargs)
         if kernel is None:
@@ -398,11 +397,14 @@ class SeeThroughMode(TorchDispatchMode):
 
         from .. import exc
 
+        if kernel.op in self._bodies:
+            # Eager reaches it again only below the Python kernel's key (a redispatch), which tracing cannot
+            # follow: as one call, eager's way.
+            raise self._refuse(kernel.op, f"its {kernel.key} kernel calls the op itself")
         proxy_mode = get_proxy_mode()
         graph = proxy_mode.tracer.graph if proxy_mode is not None else None
         last = graph._root.prev if graph is not None else None  # the body's nodes are the ones after this
-        outer, self._current = getattr(self, "_current", None), kernel.op
-        self._depth += 1
+        self._bodies.append(kernel.op)
         try:
             with self.body_modes(), self:
                 result = kernel.fn(*args, **kwargs)
@@ -414,8 +416,7 @@ class SeeThroughMode(TorchDispatchMode):
             raise self._refuse(kernel.op, f"its {kernel.key} kernel raised {type(e).__name__} under capture: "
                         f"{_first_line(e)}") from None
         finally:
-            self._depth -= 1
-            self._current = outer
+            self._bodies.pop()
         mismatch = _schema_mismatch(func, args, kwargs, result, _written(graph, last))
         if mismatch is not None:
             raise self._refuse(kernel.op, mismatch)
