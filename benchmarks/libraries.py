@@ -19,6 +19,9 @@ Cases (bf16 on CUDA, fp32 on CPU; CPU sizes are tiny, for a smoke run):
     flag-gems    (CUDA) an HF Llama decode step inside flag_gems.use_gems(); also reports whether gems' eager
                  logits are finite and how far they are from plain eager's (flag-gems 5.0.2 gave non-finite
                  logits with torch 2.11 on the H200)
+    flag-gems-enabled  (CUDA) the same step with use_gems() entered around the calls, as flag_gems.enable() at
+                 start-up: Trident traces into gems' ATen overrides; reports which ops were traced into or kept
+                 opaque and why
 
 On CPU, eager launches go through Triton's interpreter per launch (as TRITON_INTERPRET=1 would), and liger's
 RMSNorm kernel gets an interpreter-runnable rsqrt (Triton 3.6's interpreter returns None for libdevice).
@@ -64,6 +67,7 @@ class Case:
     what: str
     setup: Callable[[str, torch.dtype, bool], tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]]
     cuda_only: bool = False
+    around: Callable[[], Any] = contextlib.nullcontext  # entered around the whole case (eager and jitted calls)
 
 
 def _randn(*shape: int, device: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -212,11 +216,27 @@ def flag_gems_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callab
     return (lambda: _llama_step(config, device, dtype, max_len, flag_gems.use_gems)), _llama_inputs(config, device)
 
 
+def flag_gems_enabled_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+    """The same step with gems registered around the calls (as flag_gems.enable() at start-up): Trident traces
+    into gems' ATen overrides (capture/python_kernels.py)."""
+    max_len = 64 if tiny else 1024
+    config = _llama_config(tiny, max_len)
+    return (lambda: _llama_step(config, device, dtype, max_len, contextlib.nullcontext)), _llama_inputs(config, device)
+
+
+def _use_gems() -> Any:
+    import flag_gems
+
+    return flag_gems.use_gems()
+
+
 CASES = [
     Case("liger", "liger-kernel", "functional rms_norm, rope, swiglu + ATen matmuls", liger_functional),
     Case("fla", "fla-core", "attn_decoding_one_step over a KV cache written at the position", fla_decoding),
     Case("conch", "conch-triton-kernels", "reshape_and_cache via block table + paged_attention", conch_paged),
     Case("flag-gems", "flag-gems", "HF Llama decode step under flag_gems.use_gems()", flag_gems_llama, cuda_only=True),
+    Case("flag-gems-enabled", "flag-gems", "HF Llama decode step, flag_gems.use_gems() around the calls (seen through)",
+         flag_gems_enabled_llama, cuda_only=True, around=_use_gems),
     Case("liger-llama", "liger-kernel", "HF Llama + apply_liger_kernel_to_llama, StaticCache, whole forward",
          liger_llama),
 ]
@@ -295,7 +315,7 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
     inputs = [make_inputs(pos) for pos in range(steps)]
     eager, jitted = build(), trident.jit(build())
     diff, equal, finite = 0.0, True, True
-    with torch.no_grad():
+    with torch.no_grad(), case.around():
         for args in inputs:  # correctness, and the warm-up round of both
             with interpreted_launches(device):
                 expected = eager(*args)
@@ -321,6 +341,9 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
         "ms_eager": statistics.median(eager_ms), "ms_trident": statistics.median(trident_ms),
         "ms_eager_rounds": eager_ms, "ms_trident_rounds": trident_ms,
     }
+    see_through = [line.strip() for line in trident.explain(jitted).splitlines() if "traced into" in line or "opaque " in line]
+    if see_through:
+        result["see_through"] = see_through
     if case.name == "flag-gems":  # is gems' eager step right at all? Against plain Hugging Face eager
         plain = flag_gems_reference(device, dtype, inputs)
         result["gems_eager_vs_plain_eager_max_abs_diff"] = plain

@@ -308,7 +308,7 @@ class JitFunction:
         try:
             roots = module_state.module_roots(self.fn, self.param_names, list(values))
             guards = build_guards(facts, trace, module_state.tensor_names(roots))
-            guards.attributes = module_reads.guards(module_state.module_paths(roots))
+            guards.attributes = module_reads.guards(module_state.module_paths(roots)) + trace.see_through.guards()
             guards.relations += int64_range_guards(trace, guards)
             compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
             try:
@@ -387,6 +387,7 @@ class JitFunction:
                 f"{sum(call.endswith(PRIVATE_VIEW) for call in spec.compiled.aten_calls)} private view(s) below autograd)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
+            lines += [f"    {line}" for line in spec.trace.see_through.describe()]
             sites = collections.Counter(describe_launch_site(site) for site in spec.compiled.launch_sites)
             lines += [f"    {text}" + (f" ({n} sites)" if n > 1 else "") for text, n in sites.items()]
             pool = spec.compiled.buffer_pool

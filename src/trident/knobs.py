@@ -61,6 +61,12 @@ class Knobs:
     # TRIDENT_STRICT=1 (tests): a call that runs eagerly raises trident.testing.UnexpectedFallback instead of
     # warning, unless inside trident.testing.expect_fallback() (the test suite sets it in its conftest).
     strict: bool = False
+    # TRIDENT_SEE_THROUGH=0: Python-implemented operators (custom_op implementations, Python kernels registered for
+    # ATen operators) stay one opaque dispatcher call in captures; by default their bodies are traced into
+    # (capture/python_kernels.py).
+    see_through: bool = True
+    # TRIDENT_OPAQUE_OPS=ns::op[.overload],...: these operators stay opaque even with see-through on.
+    opaque_ops: frozenset[str] = frozenset()
 
 
 def _read() -> Knobs:
@@ -80,7 +86,15 @@ def _read() -> Knobs:
         matmul_plans=_flag_on_unless_off("TRIDENT_MATMUL_PLANS"),
         private_views=_flag_on_unless_off("TRIDENT_PRIVATE_VIEWS"),
         strict=_flag("TRIDENT_STRICT"),
+        see_through=_flag_on_unless_off("TRIDENT_SEE_THROUGH"),
+        opaque_ops=frozenset(_op_names(os.environ.get("TRIDENT_OPAQUE_OPS", ""))),
     )
+
+
+def _op_names(text: str) -> list[str]:
+    """Operator names of a comma list, the default overload spelled without `.default`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return [n[: -len(".default")] if n.endswith(".default") else n for n in names]
 
 
 KNOB_DOCS = {
@@ -100,6 +114,10 @@ KNOB_DOCS = {
     "views (default on: below them)",
     "TRIDENT_STRICT": "1 (tests): a call that runs eagerly raises instead of warning, unless the test expects it "
     "(trident.testing.expect_fallback)",
+    "TRIDENT_SEE_THROUGH": "0: Python-implemented operators (custom_op implementations, Python kernels registered for "
+    "ATen operators, as flag-gems does) stay one opaque dispatcher call instead of being traced into (default on)",
+    "TRIDENT_OPAQUE_OPS": "comma list of operators kept opaque even with see-through on (mylib::gemv for every "
+    "overload, aten::add.Tensor for one); also trident.keep_opaque(...)",
 }
 
 knobs = _read()

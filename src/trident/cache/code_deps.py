@@ -161,6 +161,8 @@ def verify(deps: Sequence[CodeDependency], indexes: dict[str, dict[tuple[str, in
 def module_code_index(module: types.ModuleType) -> dict[tuple[str, int], str]:
     """(qualified name, first line) -> code_digest of every code object reachable from a module's functions and
     classes, nested code included (methods, inner functions, lambdas, generated dataclass methods)."""
+    from torch._library.custom_ops import CustomOpDef
+
     index: dict[tuple[str, int], str] = {}
     seen: set[int] = set()
 
@@ -185,6 +187,14 @@ def module_code_index(module: types.ModuleType) -> dict[tuple[str, int], str]:
         elif isinstance(value, type) and value.__module__ == module.__name__:
             for item in dict(vars(value)).values():
                 visit(item, depth + 1)
+        elif isinstance(value, CustomOpDef):  # torch.library.custom_op: the name holds the op, not the function
+            for fn in (value._init_fn, value._abstract_fn, *value._backend_fns.values()):
+                visit(fn, depth + 1)
+                for cell in getattr(fn, "__closure__", None) or ():  # register_kernel wraps the user's function
+                    try:
+                        visit(cell.cell_contents, depth + 1)
+                    except ValueError:  # an empty cell
+                        pass
 
     for value in list(vars(module).values()):
         visit(value, 0)

@@ -47,6 +47,7 @@ from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
+from .python_kernels import Report, Retry, seeing_through
 from .specialize import symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 
@@ -122,6 +123,8 @@ class Trace:
     created_constants: frozenset[int] = frozenset()
     # Constants that are views of other constants, made at capture (constant_views.py): index -> base index.
     derived_constants: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Python-implemented ops traced into or kept opaque (python_kernels.py).
+    see_through: Report = dataclasses.field(default_factory=Report)
 
 
 _state = threading.local()
@@ -585,9 +588,15 @@ def trace_function(
     dynamism: Dynamism,
 ) -> Trace:
     """Trace with `dynamism`, then again with the symbols the trace cannot keep symbolic made constants
-    (capture/specialize.py) until none is left."""
+    (capture/specialize.py) until none is left; and again with a Python-implemented op opaque whose body
+    could not be traced into (python_kernels.py)."""
+    opaque: dict[str, str] = {}
     while True:
-        trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism)
+        try:
+            trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque)
+        except Retry as retry:
+            opaque[retry.op] = retry.reason
+            continue
         pinned = pinned.without(pinned.without(dynamism))  # only what this trace had symbolic
         if not pinned:
             return trace
@@ -601,14 +610,17 @@ def _trace_once(
     values: Sequence[object],
     facts: CallFacts,
     dynamism: Dynamism,
+    opaque: dict[str, str],
 ) -> tuple[Trace, Dynamism]:
-    """One trace, and the dynamism of the symbols it must not keep symbolic."""
+    """One trace, and the dynamism of the symbols it must not keep symbolic; `opaque`: Python-implemented ops
+    to record as one call (why)."""
     shape_env = _LayoutShapeEnv()
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     traced = [i for i, leaf in enumerate(facts.leaves) if is_traced_leaf(leaf, dynamism)]
     # Outside `with fake_mode`: there, t.detach() would already be a (static) fake tensor.
     fakes = {i: _fake_leaf(facts.leaves[i], fake_mode, dynamism) for i in traced}
     output_holder: list[OutputTree] = []
+    see_through_holder = []
 
     def flat_fn(*placeholders: object) -> list[object]:
         leaf_values = [leaf.value for leaf in facts.leaves]
@@ -617,7 +629,10 @@ def _trace_once(
         args = rebuild_arguments(values, facts, leaf_values)
         positional = args[:n_positional]
         keywords = dict(zip(param_names[n_positional:], args[n_positional:]))
-        result = fn(*positional, **keywords)
+        # Entered inside make_fx: above its proxy mode, so Python kernels are traced into before it records.
+        with seeing_through(lambda: mode, opaque) as see_through:
+            see_through_holder.append(see_through)
+            result = fn(*positional, **keywords)
         graph_outputs: list[object] = []
         output_holder.append(_flatten_output(result, graph_outputs, placeholders, traced))
         return graph_outputs
@@ -631,13 +646,15 @@ def _trace_once(
             torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), symbolic_math(), \
             watch_float_folds() as folded, fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    see_through_holder[0].check()  # a refusal the function itself caught still retries
     remember_constant_computations(gm, mode.real_of, mode.produced)
     pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded), shape_env, facts, traced)
     _split_size_lists(gm)
     _int_to_float_nodes(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
     derived = fold_constant_views(gm, len(traced), constants, fake_constants)
-    trace = Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived)
+    trace = Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived,
+                  see_through_holder[0].report)
     return trace, pinned
 
 

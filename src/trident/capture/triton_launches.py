@@ -458,10 +458,14 @@ def run_kernel_on_cpu(kernel: Any, args: dict[str, Any], grid: Grid) -> None:
         original_patch = interpreter._patch_lang_tensor
         JITFunction.__call__ = _call_jit_function_interpreted  # type: ignore[method-assign]
         interpreter._patch_lang_tensor = _patch_lang_tensor_numpy_safe(original_patch)
+        # This launch is ours: an interpret_cpu_launches() block around compiled code (an opaque op's body
+        # launching through Python beside recorded launches) must not reroute it again.
+        rerouting, _flags.rerouting = _flags.rerouting, True
         try:
             # GridExecutor drops kwargs the kernel does not take (num_warps, num_stages, ...), as Triton does.
             _interpreted(kernel.fn)[launch_grid](**_scalar_args_as_compiled(kernel, args))
         finally:
+            _flags.rerouting = rerouting
             interpreter._patch_lang_tensor = original_patch
             JITFunction.__call__ = original_call  # type: ignore[method-assign]
 
