@@ -677,6 +677,25 @@ def test_symbolic_int_overflow_runs_eagerly_instead_of_wrapping() -> None:
     assert f._trident.eager_calls == 1 and sum(f._trident.entry.hits()) == 3
 
 
+def test_int64_guards_compute_ints_as_the_program_does() -> None:
+    """y.shape[0] * n with y = x[lo:hi]: the program computes (hi - lo) * n, which fits in int64 where the
+    ShapeEnv's expansion hi*n - lo*n does not. The range guard must compute it as the program does, so the call
+    runs natively (it once compiled a specialization whose guards rejected its own call: "internal error");
+    an int that does leave int64 runs eagerly, by design."""
+    def sized(x, n: int, lo: int, hi: int):  # type: ignore[no-untyped-def]
+        return x[lo:hi].shape[0] * n + lo
+
+    f = trident.jit(sized)
+    x = torch.ones(7)
+    with torch.no_grad():
+        assert (f(x, 5, 1, 4), f(x, 6, 0, 5)) == (16, 30)  # n, lo, hi symbolic from the second call on
+        n = 3788591898239055928  # 2 * n fits in int64, 3 * n does not
+        assert f(x, n, 1, 3) == sized(x, n, 1, 3)  # natively: strict mode raises on a fallback
+        with trident.testing.expect_fallback("leaves int64"):
+            assert f(x, n, 0, 3) == sized(x, n, 0, 3)
+    assert f._trident.eager_calls == 1, trident.explain(f)
+
+
 @pytest.mark.parametrize("fn", [
     lambda x, n: x.shape[0] // n,
     lambda x, n: x.shape[0] % n,
