@@ -6,15 +6,24 @@ start running: it would raise OverflowError mid-call, after earlier operators ra
 each such expression becomes a guard. Its native lowering computes the expression with the same checked
 arithmetic (an overflow anywhere fails the guard: a miss, before anything ran), and `int64_overflow` tells the
 driver, in Python's exact ints, that the call missed for that reason and runs eagerly.
+
+A guard computes an expression as the program does, node by node ((hi - lo) * n, not the expansion
+hi*n - lo*n, whose terms can leave int64 where the program's values do not). Any relation guard can still fail
+natively for a call whose values Python compares exactly (an intermediate sum of the relation leaves int64):
+`native_int64_failure` finds such a relation by evaluating it as the native guard does, so such a call is
+reported as leaving int64 (it runs eagerly, by design) instead of compiling a specialization that rejects its
+own call.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 
 import sympy
 import torch
 
+from .. import exc
 from .guards import GuardSet, RelationGuard, _property, first_failure, leaf_value
 from .trace import Trace
 
@@ -39,32 +48,137 @@ class Int64RangeGuard(RelationGuard):
 
 
 def int64_range_guards(trace: Trace, guards: GuardSet) -> list[RelationGuard]:
-    """One guard per distinct symbolic int expression the traced program computes from its inputs."""
+    """One guard per distinct symbolic int expression the traced program computes from its inputs.
+
+    Raises UnsupportedArgument when the call being compiled fails them (an int it computes leaves int64, or a
+    guard's own arithmetic does): the specialization would reject the very call it was compiled for."""
     from ..lowering.symbolic_ints import lowers_as_int
 
     bound = set(guards.symbols())
     seen: set[sympy.Expr] = set()
     result: list[RelationGuard] = []
+    as_computed: dict[torch.fx.Node, sympy.Expr] = {}
     for node in trace.graph_module.graph.nodes:
         value = node.meta.get("val")
         if node.op != "call_function" or not isinstance(value, torch.SymInt) or node.target in _METADATA_READS:
             continue
-        expr = trace.shape_env.simplify(value.node.expr)
+        expr = _as_computed(node, trace, as_computed)
         if isinstance(expr, (sympy.Number, sympy.Symbol)) or expr in seen:
             continue  # constants were computed at capture; a bare symbol is an input, in range by definition
         if not expr.free_symbols <= bound or not lowers_as_int(expr):
             continue  # not checkable here (float steps): the host program's own checks still raise
         seen.add(expr)
         result.append(Int64RangeGuard(sympy.Le(expr, INT64_MAX, evaluate=False), expr))
+    env = trace.shape_env
+    known = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # renamed in torch 2.13
+    hints = {s: int(v) for s, v in known.items() if s in bound and v.is_integer}  # this call's values
+    failure = native_int64_failure([*guards.relations, *result], hints)
+    if failure is not None:
+        raise exc.UnsupportedArgument(
+            f"this call computes {failure}, which leaves int64 (compiled code computes ints as int64, Python's grow)"
+        )
     return result
+
+
+# Python's int operators on SymInts as the host program computes them: one checked int64 step per node.
+_STEPS: dict[object, Callable[..., sympy.Expr]] = {
+    operator.add: lambda a, b: sympy.Add(a, b, evaluate=False),
+    operator.mul: lambda a, b: sympy.Mul(a, b, evaluate=False),
+    operator.sub: lambda a, b: sympy.Add(a, sympy.Mul(-1, b, evaluate=False), evaluate=False),
+    operator.neg: lambda a: sympy.Mul(-1, a, evaluate=False),
+}
+
+
+def _as_computed(node: torch.fx.Node, trace: Trace, memo: dict[torch.fx.Node, sympy.Expr]) -> sympy.Expr:
+    """The node's value as the program computes it, step by step; the ShapeEnv's simplified (expanded) form for
+    metadata reads, inputs and operators not in _STEPS."""
+    if node in memo:
+        return memo[node]
+    simplified = trace.shape_env.simplify(node.meta["val"].node.expr)
+    step = _STEPS.get(node.target) if node.op == "call_function" and not node.kwargs else None
+    operands: list[sympy.Expr] = []
+    for arg in node.args if step is not None else ():
+        if isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.SymInt):
+            operands.append(_as_computed(arg, trace, memo))
+        elif type(arg) is int:
+            operands.append(sympy.Integer(arg))
+        else:
+            step = None
+            break
+    memo[node] = step(*operands) if step is not None else simplified
+    return memo[node]
+
+
+class _LeavesInt64(Exception):
+    def __init__(self, expr: sympy.Basic, value: int) -> None:
+        self.expr, self.value = expr, value
+
+
+def native_int64_failure(relations: Sequence[RelationGuard], env: dict[sympy.Symbol, int]) -> str | None:
+    """'expr = value' for the first range guard whose int leaves int64, or the first step of an int relation that
+    holds in Python's ints but that the native guard cannot compute in int64 (symbolic_ints.SymbolicIntLowering:
+    every Add and Mul folded left to right with checked arithmetic); else None. Relations with float symbols or
+    unbound symbols are skipped."""
+    from ..lowering.symbolic_ints import is_float_expr
+
+    for rg in relations:
+        if not rg.expr.free_symbols <= set(env) or _has_float(rg.expr, is_float_expr):
+            continue
+        try:
+            if isinstance(rg, Int64RangeGuard):
+                value = python_int_value(rg.value, env)
+                if not INT64_MIN <= value <= INT64_MAX:
+                    return f"{rg.value} = {value}"
+            elif not bool(rg.expr.xreplace(env)):
+                continue  # a mismatch, not an overflow
+        except (TypeError, ZeroDivisionError):  # the program raises ZeroDivisionError itself, as Python does
+            continue
+        try:
+            _check_relation(rg.expr, env)
+        except _LeavesInt64 as e:
+            return f"{e.expr} = {e.value}"
+        except (ZeroDivisionError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _has_float(expr: sympy.Basic, is_float_expr: Callable[[sympy.Basic], bool]) -> bool:
+    return is_float_expr(expr) or any(_has_float(a, is_float_expr) for a in expr.args)
+
+
+def _check_relation(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> None:
+    if isinstance(expr, sympy.Rel):
+        for side in expr.args:
+            _checked_value(side, env)
+    elif isinstance(expr, (sympy.And, sympy.Or, sympy.Not)):  # the native code evaluates every operand
+        for arg in expr.args:
+            _check_relation(arg, env)
+
+
+def _checked_value(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> int:
+    """`expr` evaluated as the native guard does; raises _LeavesInt64 at the first step that leaves int64."""
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        values = [_checked_value(a, env) for a in expr.args]
+        result = values[0]
+        for v in values[1:]:
+            result = result + v if isinstance(expr, sympy.Add) else result * v
+            if not INT64_MIN <= result <= INT64_MAX:
+                raise _LeavesInt64(expr, python_int_value(expr, env))
+        return result
+    if isinstance(expr, (sympy.Integer, sympy.Symbol)) or not expr.args:
+        return python_int_value(expr, env)
+    for a in expr.args:  # other operators: each operand as the native code computes it, then the exact value
+        _checked_value(a, env)
+    value = python_int_value(expr, env)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _LeavesInt64(expr, value)
+    return value
 
 
 def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence[object]) -> str | None:
     """'expr = value' for the first range guard this call fails while all other guards of the specialization
-    hold (the call would run it but for an int that leaves int64), else None."""
-    ranges = [g for g in guards.relations if isinstance(g, Int64RangeGuard)]
-    if not ranges:
-        return None
+    hold (the call would run it but for an int that leaves int64), or for a relation that holds but that the
+    native guard cannot compute in int64; else None."""
     others = dataclasses.replace(guards, relations=[g for g in guards.relations if not isinstance(g, Int64RangeGuard)])
     try:
         if first_failure(others, args, constants) is not None:
@@ -72,14 +186,7 @@ def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence
         env = {b.symbol: _property(leaf_value(b.path, args, constants), b.prop, b.dim) for b in guards.bindings}
     except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here
         return None
-    for g in ranges:
-        try:
-            value = python_int_value(g.value, env)
-        except ZeroDivisionError:  # the program raises that itself, as Python does: not an overflow
-            continue
-        if not INT64_MIN <= value <= INT64_MAX:
-            return f"{g.value} = {value}"
-    return None
+    return native_int64_failure(guards.relations, {s: v for s, v in env.items() if isinstance(v, int)})
 
 
 def python_int_value(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> int:
