@@ -18,6 +18,15 @@ os.environ["TRIDENT_STRICT"] = "1"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
+        # On the H200 (2026-12-03) flag-gems 5.0.2 made an illegal memory access under see-through and a step with
+        # use_gems() inside hung: either takes every later CUDA test of the process with it. Run them on their
+        # own: TRIDENT_TEST_FLAG_GEMS=1 pytest -m flag_gems tests (issues 15 and 20 track them).
+        if os.environ.get("TRIDENT_TEST_FLAG_GEMS") != "1":
+            skip_gems = pytest.mark.skip(reason="flag-gems broke the CUDA context on the H200; run alone with "
+                                         "TRIDENT_TEST_FLAG_GEMS=1 -m flag_gems")
+            for item in items:
+                if "flag_gems" in item.keywords:
+                    item.add_marker(skip_gems)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; run on the H200 through the device tool")
     for item in items:

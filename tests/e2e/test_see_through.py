@@ -104,6 +104,20 @@ def _(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
+_addresses_seen: list[int] = []
+
+
+@torch.library.custom_op("trident_see_through::by_address", mutates_args=())
+def by_address(x: torch.Tensor) -> torch.Tensor:
+    _addresses_seen.append(x.data_ptr())  # as a library keying a cache or a host descriptor on the address
+    return x * 2
+
+
+@by_address.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 @torch.library.custom_op("trident_see_through::bump", mutates_args=())
 def bump(x: torch.Tensor) -> torch.Tensor:
     x.add_(1)  # writes its argument, which the schema does not declare
@@ -196,6 +210,38 @@ def test_a_body_reading_a_value_stays_opaque(device: str) -> None:
     text = trident.explain(f)
     assert "opaque trident_see_through::normalize: its " in text and ".item()" in text, text
     assert "traced into trident_see_through::gemv" in text
+
+
+def test_a_body_reading_an_address_stays_opaque() -> None:
+    """`.data_ptr()` in the body: a traced tensor has no address, and one baked in at capture would be stale for
+    later calls (flag-gems' kernels traced into made illegal memory accesses on the H200). The op stays one
+    dispatcher call, so its body runs, and reads the real address, on every call."""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return by_address(x) + 1
+
+    f = trident.jit(step)
+    xs = [torch.randn(8) for _ in range(3)]
+    with torch.no_grad():
+        for x in xs:
+            torch.testing.assert_close(f(x), x * 2 + 1, rtol=0, atol=0)
+    assert hits(f) == 3 and f._trident.eager_calls == 0  # type: ignore[attr-defined]
+    assert _addresses_seen[-3:] == [x.data_ptr() for x in xs]  # each call's own tensor, read by the body
+    assert "opaque trident_see_through::by_address: its CPU kernel: .data_ptr() reads a tensor's address" in (
+        trident.explain(f))
+
+
+def test_user_code_reading_an_address_is_refused_like_a_value_read() -> None:
+    """In the jitted function itself, as `.item()` is: UnsupportedConstruct naming the line, nothing compiled."""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return x + (x.data_ptr() % 64)
+
+    f = trident.jit(step)
+    with torch.no_grad(), count_compiles() as compiles, pytest.raises(trident.exc.UnsupportedConstruct,
+                                                                      match=r"\.data_ptr\(\) reads a tensor's address"):
+        f(torch.randn(8))
+    assert compiles() == 0
 
 
 def test_a_refusal_the_function_catches_still_keeps_the_op_opaque() -> None:
@@ -375,6 +421,7 @@ def test_removing_an_override_recompiles_and_registering_it_again_hits() -> None
 
 
 @pytest.mark.gpu
+@pytest.mark.flag_gems
 def test_flag_gems_enabled_around_the_calls_is_traced_into() -> None:
     """flag-gems registers its Triton kernels as ATen's CUDA implementations; with them registered around the
     calls (not inside the jitted function), their bodies are traced into. Ops whose body capture refuses stay

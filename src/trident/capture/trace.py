@@ -389,6 +389,17 @@ class _TracingMode(TorchFunctionMode):
                 f"values cannot be compiled\n  at {where}\n  Keep the computation in tensors (torch.where, "
                 "masking) or move it out of the jitted function."
             )
+        if func is torch.Tensor.data_ptr:
+            # A traced tensor has no address, and one read at capture is not the address of a later call's
+            # tensor: code that computes with it (a TMA descriptor built on the host, a cache keyed by pointer,
+            # as kernel libraries do) would bake in a stale or fake address. flag-gems' kernels traced into this
+            # way made illegal memory accesses on the H200. So it is refused like a value read (an op's body
+            # doing it stays opaque: capture/python_kernels.py).
+            where = user_location(traceback.extract_stack()[:-1])
+            raise exc.UnsupportedConstruct(
+                f".data_ptr() reads a tensor's address in Python, which compiled code cannot reproduce for later "
+                f"calls\n  at {where}"
+            )
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
         if func is torch.tensor and _symint_data(args[0] if args else kwargs.get("data")):
             return _symbolic_tensor(args[0] if args else kwargs.pop("data"), **kwargs)
