@@ -14,3 +14,8 @@ def capture(fn: Callable[..., object], *args: object, dynamism: Dynamism = Dynam
     facts = describe_call(names, list(args))
     trace = trace_function(fn, len(names), names, list(args), facts, dynamism)
     return facts, trace, build_guards(facts, trace)
+
+
+def constant(name: str, value: int, type_: str = "i64") -> str:
+    """Binds [[name]] to the SSA name of the (hoisted) constant `value`."""
+    return f"CHECK-DAG: %[[{name}:c[0-9]+]] = arith.constant {value} : {type_}\n"

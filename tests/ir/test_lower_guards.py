@@ -13,7 +13,7 @@ from trident.lowering.leaf_access import ConstantPool
 from trident.lowering.lower_guards import lower_guards
 
 from .filecheck import filecheck
-from .helpers import capture
+from .helpers import capture, constant
 
 
 def lowered_guards(fn, *args, dynamism=Dynamism()):  # type: ignore[no-untyped-def]
@@ -21,11 +21,6 @@ def lowered_guards(fn, *args, dynamism=Dynamism()):  # type: ignore[no-untyped-d
     module = ModuleBuilder()
     lower_guards(module, "guard", guards, ConstantPool(list(trace.constants)))
     return module.text(), guards
-
-
-def constant(name: str, value: int, type_: str = "i64") -> str:
-    """Binds [[name]] to the SSA name of the (hoisted) constant `value`."""
-    return f"CHECK-DAG: %[[{name}:c[0-9]+]] = arith.constant {value} : {type_}\n"
 
 
 def element_equals(array: str, index: int, const_name: str) -> str:

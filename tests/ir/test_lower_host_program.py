@@ -10,7 +10,7 @@ from trident.lowering.lower_host_program import HostProgramLowering, OpTable
 from trident.lowering.pipeline import _find_main, placeholder_sources
 
 from .filecheck import filecheck
-from .helpers import capture
+from .helpers import capture, constant
 
 
 def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
@@ -23,11 +23,6 @@ def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
         [leaf.path for leaf in facts.leaves], ConstantPool(list(trace.constants)), ops,
     ).run()
     return module.text(), ops.ops
-
-
-def constant(name: str, value: int, type_: str = "i64") -> str:
-    """Binds [[name]] to the SSA name of the (hoisted) constant `value`."""
-    return f"CHECK-DAG: %[[{name}:c[0-9]+]] = arith.constant {value} : {type_}\n"
 
 
 def store(array: str, index: int, value: str) -> str:
