@@ -288,9 +288,11 @@ class JitFunction:
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
                 trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
-        except exc.UnsupportedConstruct:
-            raise  # the user's code must change (data-dependent control flow): its message says where and how
+        except exc.KeptFromEarlierCapture:
+            raise  # eager would compute with that capture's fake tensor: the user must move the cache out
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
+            # Data-dependent Python (`.item()`, `if x.sum() > 0`, `.data_ptr()`: UnsupportedConstruct) too: eager
+            # runs such a program, so Trident does, warning once with the construct and the user's line.
             # Capture runs torch's meta functions and decompositions on fake tensors, not eager's kernels: the
             # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
             # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.

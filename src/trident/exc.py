@@ -12,6 +12,12 @@ class UnsupportedConstruct(TridentError):
     The message names the construct and the user's source line."""
 
 
+class KeptFromEarlierCapture(UnsupportedConstruct):
+    """The function reads a tensor an earlier capture computed from its arguments and something kept (a library
+    cache). Raised, not run eagerly: the kept value is that capture's fake tensor, which eager cannot compute
+    with either."""
+
+
 class UnsupportedArgument(TridentError):
     """An argument of a kind Trident cannot pass to compiled code."""
 

@@ -390,7 +390,7 @@ def test_kept_tensor_computed_from_arguments_is_named() -> None:
     jitted = trident.jit(step)
     with torch.no_grad():
         jitted(torch.ones(3), 0)
-        with pytest.raises(trident.exc.UnsupportedConstruct, match="an earlier capture of it computed"):
+        with pytest.raises(trident.exc.KeptFromEarlierCapture, match="an earlier capture of it computed"):
             jitted(torch.ones(3), 1)
     # The first call compiled and ran natively; the second raised from its capture, compiling nothing and
     # running nothing eagerly.

@@ -20,7 +20,7 @@ import triton.language as tl
 import trident
 from trident.capture.triton_launches import interpret_cpu_launches
 from trident.knobs import override
-from trident.testing import count_compiles, triton_launch_sites
+from trident.testing import count_compiles, expect_fallback, triton_launch_sites
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -231,17 +231,18 @@ def test_a_body_reading_an_address_stays_opaque() -> None:
         trident.explain(f))
 
 
-def test_user_code_reading_an_address_is_refused_like_a_value_read() -> None:
-    """In the jitted function itself, as `.item()` is: UnsupportedConstruct naming the line, nothing compiled."""
+def test_user_code_reading_an_address_runs_eagerly() -> None:
+    """In the jitted function itself, as `.item()` is: the call runs eagerly (the address of each call's own
+    tensor), warned once, nothing compiled."""
 
     def step(x: torch.Tensor) -> torch.Tensor:
         return x + (x.data_ptr() % 64)
 
     f = trident.jit(step)
-    with torch.no_grad(), count_compiles() as compiles, pytest.raises(trident.exc.UnsupportedConstruct,
-                                                                      match=r"\.data_ptr\(\) reads a tensor's address"):
-        f(torch.randn(8))
-    assert compiles() == 0
+    x = torch.randn(8)
+    with torch.no_grad(), count_compiles() as compiles, expect_fallback(".data_ptr() reads a tensor's address"):
+        torch.testing.assert_close(f(x), step(x), rtol=0, atol=0)
+    assert compiles() == 0 and f._trident.eager_calls == 1  # type: ignore[attr-defined]
 
 
 def test_a_refusal_the_function_catches_still_keeps_the_op_opaque() -> None:

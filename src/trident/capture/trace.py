@@ -362,7 +362,7 @@ class _TracingMode(TorchFunctionMode):
         recipe = recipe_of(kept)
         if recipe is None:
             where = user_location(traceback.extract_stack()[:-1])
-            raise exc.UnsupportedConstruct(
+            raise exc.KeptFromEarlierCapture(
                 "the function reads a tensor that an earlier capture of it computed and something kept (a "
                 "library's cache?); it was computed from the call's arguments or written in place, so it cannot "
                 f"be recomputed from constants\n  at {where}\n  Keep such caches outside the jitted function, "
