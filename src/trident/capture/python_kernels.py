@@ -123,7 +123,8 @@ def _refresh_all(pairs: Sequence[tuple[str, str]]) -> None:
 
 
 def watch() -> None:
-    """Note every Python kernel registered from now on (wraps Library.impl and Library._destroy once)."""
+    """Note every Python kernel registered from now on, and registrations a capture refuses (wraps Library.impl
+    and Library._destroy once)."""
     global _watched
     with _lock:
         if _watched:
@@ -133,6 +134,10 @@ def watch() -> None:
         original_impl, original_destroy = Library.impl, Library._destroy
 
         def impl(self, op_name, fn, dispatch_key="", *args, **kwargs):  # type: ignore[no-untyped-def]
+            made = _capturing.made
+            if made is not None:  # a capture refuses it (refusing_registrations)
+                name = op_name if isinstance(op_name, str) else getattr(op_name, "__name__", str(op_name))
+                made.append(f"{self.ns}::{name} for {dispatch_key or 'every key'}")
             result = original_impl(self, op_name, fn, dispatch_key, *args, **kwargs)
             try:
                 _note(self, op_name, fn, dispatch_key or self.dispatch_key, kwargs.get("with_keyset", False), fallthrough_kernel)
@@ -151,6 +156,41 @@ def watch() -> None:
         Library.impl = impl  # type: ignore[method-assign]
         Library._destroy = destroy  # type: ignore[method-assign]
         _watched = True
+
+
+class DispatcherRegistration(Exception):
+    """The captured function registered operator kernels while it ran (torch.library IMPL, as flag-gems'
+    `use_gems()` does): eager's later operators ran those kernels, while compiled code calls the operators the
+    capture recorded without running the function again, so it would compute something else. Capture fails
+    with this, and the call runs eagerly (driver.py), with a warning saying why."""
+
+
+class _Capturing(threading.local):
+    made: list[str] | None = None  # registrations of this thread while it captures; None: not capturing
+
+
+_capturing = _Capturing()
+
+
+@contextlib.contextmanager
+def refusing_registrations() -> Iterator[None]:
+    """Let the captured function register kernels as it would eagerly (refusing midway could leave a library's
+    context manager half-entered), note each registration (watch's Library.impl), and fail the capture after."""
+    watch()
+    outer, _capturing.made = _capturing.made, []
+    made = _capturing.made
+    try:
+        yield
+    finally:
+        _capturing.made = outer
+        if outer is not None:
+            outer += made
+    if made:
+        shown = ", ".join(made[:3]) + (f" and {len(made) - 3} more" if len(made) > 3 else "")
+        raise DispatcherRegistration(
+            f"the function registers operator kernels while it runs (torch.library: {shown}), as flag-gems' "
+            "use_gems() does; compiled code would call the operators without them"
+        )
 
 
 def _note(library: Any, name: object, fn: Any, key: str, with_keyset: bool, fallthrough: Any) -> None:
@@ -230,8 +270,7 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
     with _lock:
         entries = list(_registrations.get((name, registered_key), ()))
     for entry in reversed(entries):  # the newest registration of a live library wins, as in the dispatcher
-        library = entry.library()
-        if library is None or getattr(library, "m", None) is None:
+        if not _live(entry):
             continue
         if entry.location != location:
             return None  # the dispatcher runs something else (a C++ registration made later?)
@@ -274,7 +313,8 @@ def keep_opaque(*names: str) -> None:
 
 def _opted_out(name: str) -> str | None:
     base = name.split("::")[0] + "::" + name.split("::")[1].split(".")[0]
-    for source, names in (("TRIDENT_OPAQUE_OPS", knobs.opaque_ops), ("trident.keep_opaque", _opaque_by_api)):
+    from_env = {_op_key(n) for n in knobs.opaque_ops}
+    for source, names in (("TRIDENT_OPAQUE_OPS", from_env), ("trident.keep_opaque", _opaque_by_api)):
         if name in names or base in names:
             return f"kept opaque by {source}"
     return None
@@ -311,7 +351,7 @@ class Report:
         return lines
 
     def guards(self) -> list[Any]:
-        from .guards import ABSENT, AttributeGuard
+        from .guards import AttributeGuard
         from .inputs import LeafKind
 
         out = []
@@ -443,6 +483,11 @@ def _storage(t: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(t.untyped_storage())
 
 
+def _argument(arg: Any, index: int, args: Sequence[object], kwargs: dict[str, object]) -> object:
+    """The value a call passed for schema argument `arg` (the index-th), positionally or by keyword."""
+    return args[index] if index < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+
+
 def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[torch.Tensor]:
     """Tensors the nodes recorded after `last` write: mutable arguments of operators (schema), and what Triton
     launches store to (torch's exact analysis of the kernel)."""
@@ -467,7 +512,7 @@ def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[t
             schema = node.target._schema
             for i, arg in enumerate(schema.arguments):
                 if arg.alias_info is not None and arg.alias_info.is_write:
-                    given = node.args[i] if i < len(node.args) and not arg.kwarg_only else node.kwargs.get(arg.name)
+                    given = _argument(arg, i, node.args, node.kwargs)
                     out += [v for a in pytree.tree_leaves(given) for v in value(a)]
         node = node.next
     return out
@@ -483,7 +528,7 @@ def _schema_mismatch(
     mutable: set[StorageWeakRef] = set()
     alias_sets: dict[str, set[StorageWeakRef]] = collections.defaultdict(set)
     for i, arg in enumerate(schema.arguments):
-        given = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        given = _argument(arg, i, args, kwargs)
         tensors = [t for t in pytree.tree_leaves(given) if isinstance(t, torch.Tensor)]
         declared[arg.name] = tensors
         if arg.alias_info is not None:

@@ -47,7 +47,7 @@ from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
-from .python_kernels import Report, Retry, seeing_through
+from .python_kernels import Report, Retry, refusing_registrations, seeing_through
 from .specialize import symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 
@@ -197,65 +197,6 @@ def _quiet_meta_functions() -> Iterator[None]:
         yield
     finally:
         logger.disabled = disabled
-
-
-class DispatcherRegistration(Exception):
-    """The captured function registered operator kernels while it ran (torch.library IMPL, as flag-gems'
-    `use_gems()` does): eager's later operators ran those kernels, while compiled code calls the operators the
-    capture recorded without running the function again, so it would compute something else. Capture fails
-    with this, and the call runs eagerly (driver.py), with a warning saying why."""
-
-
-class _Registrations(threading.local):
-    made: list[str] | None = None  # registrations of this thread while it captures; None: not capturing
-
-
-_registrations = _Registrations()
-_registrations_lock = threading.Lock()
-_registrations_watched = False
-
-
-def _watch_registrations() -> None:
-    """Wrap torch.library.Library.impl once per process; the wrapper only notes, and only in a capturing
-    thread (other threads and the time outside captures register as before)."""
-    global _registrations_watched
-    with _registrations_lock:
-        if _registrations_watched:
-            return
-        from torch.library import Library
-
-        original = Library.impl
-
-        def noting_impl(self, op_name, fn, dispatch_key="", *args, **kwargs):  # type: ignore[no-untyped-def]
-            made = _registrations.made
-            if made is not None:
-                name = op_name if isinstance(op_name, str) else getattr(op_name, "__name__", str(op_name))
-                made.append(f"{self.ns}::{name} for {dispatch_key or 'every key'}")
-            return original(self, op_name, fn, dispatch_key, *args, **kwargs)
-
-        Library.impl = noting_impl  # type: ignore[method-assign]
-        _registrations_watched = True
-
-
-@contextlib.contextmanager
-def _refuse_dispatcher_registrations() -> Iterator[None]:
-    """Let the function register kernels as it would eagerly (refusing midway could leave a library's context
-    manager half-entered), note each registration, and fail the capture after the trace."""
-    _watch_registrations()
-    outer, _registrations.made = _registrations.made, []
-    made = _registrations.made
-    try:
-        yield
-    finally:
-        _registrations.made = outer
-        if outer is not None:
-            outer += made
-    if made:
-        shown = ", ".join(made[:3]) + (f" and {len(made) - 3} more" if len(made) > 3 else "")
-        raise DispatcherRegistration(
-            f"the function registers operator kernels while it runs (torch.library: {shown}), as flag-gems' "
-            "use_gems() does; compiled code would call the operators without them"
-        )
 
 
 _DATA_DEPENDENT = (
@@ -653,7 +594,7 @@ def _trace_once(
     mode = _TracingMode(fake_mode)
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
-    with _refuse_dispatcher_registrations(), _translate_capture_errors(), _quiet_meta_functions(), \
+    with refusing_registrations(), _translate_capture_errors(), _quiet_meta_functions(), \
             torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), symbolic_math(), \
             watch_float_folds() as folded, fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
