@@ -65,7 +65,8 @@ class Knobs:
     # ATen operators) stay one opaque dispatcher call in captures; by default their bodies are traced into
     # (capture/python_kernels.py).
     see_through: bool = True
-    # TRIDENT_OPAQUE_OPS=ns::op[.overload],...: these operators stay opaque even with see-through on.
+    # TRIDENT_OPAQUE_OPS=ns::op[.overload],...: these operators stay opaque even with see-through on (names as
+    # written; capture/python_kernels.py reads `ns::op.default` as `ns::op`).
     opaque_ops: frozenset[str] = frozenset()
 
 
@@ -87,14 +88,8 @@ def _read() -> Knobs:
         private_views=_flag_on_unless_off("TRIDENT_PRIVATE_VIEWS"),
         strict=_flag("TRIDENT_STRICT"),
         see_through=_flag_on_unless_off("TRIDENT_SEE_THROUGH"),
-        opaque_ops=frozenset(_op_names(os.environ.get("TRIDENT_OPAQUE_OPS", ""))),
+        opaque_ops=frozenset(n.strip() for n in os.environ.get("TRIDENT_OPAQUE_OPS", "").split(",") if n.strip()),
     )
-
-
-def _op_names(text: str) -> list[str]:
-    """Operator names of a comma list, the default overload spelled without `.default`."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    return [n[: -len(".default")] if n.endswith(".default") else n for n in names]
 
 
 KNOB_DOCS = {
