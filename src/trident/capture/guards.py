@@ -242,6 +242,7 @@ _DTYPE_CODES = {
     torch.float32: 6, torch.float64: 7, torch.complex32: 8, torch.complex64: 9, torch.complex128: 10,
     torch.bool: 11, torch.bfloat16: 15,
 }  # fmt: skip
+_DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -317,10 +318,13 @@ def describe_function_modes(modes: Sequence[object]) -> str:
     )
 
 
+def _dtype_name(code: int) -> str:
+    return str(_DTYPE_OF_CODE.get(code, f"dtype#{code}")).removeprefix("torch.")
+
+
 def _describe_autocast(state: int) -> str:
-    code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
     casts = [
-        f"{device} {str(code_to_dtype.get(code - 1, f'dtype#{code - 1}')).removeprefix('torch.')}"
+        f"{device} {_dtype_name(code - 1)}"
         for device, code in (("cpu", (state >> 16) & 0xFF), ("cuda", (state >> 24) & 0xFF))
         if code
     ]
@@ -330,14 +334,12 @@ def _describe_autocast(state: int) -> str:
 
 
 def describe_global_state(state: int) -> str:
-    code_to_dtype = {v: k for k, v in _DTYPE_CODES.items()}
-    dtype = code_to_dtype.get((state >> 8) & 0xFF, f"dtype#{(state >> 8) & 0xFF}")
     torch_functions = (state >> 3) & 3
     return (
         f"grad {'on' if state & 1 else 'off'}, autocast {_describe_autocast(state)}, "
         f"inference mode {'on' if state & 4 else 'off'}, "
         + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions else "")
-        + f"default dtype {str(dtype).removeprefix('torch.')}"
+        + f"default dtype {_dtype_name((state >> 8) & 0xFF)}"
     )
 
 
