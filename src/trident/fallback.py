@@ -17,12 +17,14 @@ as well (`explain` shows the entry as "any <type>").
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 from .capture.guards import current_function_modes, current_global_state
 from .capture.inputs import CallFacts, LeafKind
+from .knobs import knobs
 
 
 @dataclasses.dataclass
@@ -131,8 +133,6 @@ _lock = threading.Lock()
 def report_fallback(function: str, reason: str) -> None:
     """Called by the driver each time a call runs eagerly (not for TRIDENT_DISABLE, not for eager's own
     TypeError on a wrong call). In strict mode outside an expected block, raises UnexpectedFallback."""
-    from .knobs import knobs
-
     event = FallbackEvent(function, reason)
     with _lock:
         _events.append(event)
@@ -144,3 +144,30 @@ def report_fallback(function: str, reason: str) -> None:
             f"trident strict mode: '{function}' ran eagerly: {reason}. A test that means to exercise the eager "
             "fallback wraps the call in trident.testing.expect_fallback()"
         )
+
+
+@contextlib.contextmanager
+def allowing() -> Iterator[list[FallbackEvent]]:
+    """Fallbacks inside are not strict-mode violations; yields the list of those that happened, filled when the
+    block ends (with those of any thread in that time)."""
+    global _expecting
+    with _lock:
+        _expecting += 1
+        start = len(_events)
+    seen: list[FallbackEvent] = []
+    try:
+        yield seen
+    finally:
+        with _lock:
+            _expecting -= 1
+            seen.extend(_events[start:])
+
+
+def events() -> list[FallbackEvent]:
+    with _lock:
+        return list(_events)
+
+
+def violations() -> list[FallbackEvent]:
+    with _lock:
+        return list(_unexpected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from . import fallback
 from .fallback import FallbackEvent, UnexpectedFallback  # re-exported for tests
 
 
@@ -41,19 +42,8 @@ def strict(enabled: bool = True) -> Iterator[None]:
 def allow_fallback() -> Iterator[list[FallbackEvent]]:
     """Eager fallbacks are allowed inside; yields the list of those that happened, filled when the block ends
     (with those of any thread in that time). For harnesses that assert on the share themselves (the fuzz)."""
-    from . import fallback
-
-    with fallback._lock:
-        fallback._expecting += 1
-        start = len(fallback._events)
-    seen: list[FallbackEvent] = []
-    try:
+    with fallback.allowing() as seen:
         yield seen
-    finally:
-        with fallback._lock:
-            fallback._expecting -= 1
-            seen.extend(fallback._events[start:])
-    # events appended after the block are not part of it; threads still running may add late ones
 
 
 @contextlib.contextmanager
@@ -76,18 +66,12 @@ def expect_fallback(match: str = "", *, function: str | None = None) -> Iterator
 
 def unexpected_fallbacks() -> list[FallbackEvent]:
     """Strict-mode violations so far, including those whose UnexpectedFallback a caller caught."""
-    from . import fallback
-
-    with fallback._lock:
-        return list(fallback._unexpected)
+    return fallback.violations()
 
 
 def fallback_events() -> list[FallbackEvent]:
     """Every eager fallback of this process so far (function, reason), in order."""
-    from . import fallback
-
-    with fallback._lock:
-        return list(fallback._events)
+    return fallback.events()
 
 
 __all__ = [
