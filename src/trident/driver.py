@@ -37,6 +37,7 @@ from .knobs import knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import CompiledSpecialization, compile_specialization
 from .lowering.pooled_allocations import describe_pool
+from .lowering.symbolic_ints import SCALAR_LOWERING
 from .capture.int64_ranges import int64_overflow, int64_range_guards
 from .runtime.triton_native import describe_launch_site
 
@@ -287,7 +288,9 @@ class JitFunction:
         start = time.perf_counter()
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
-                trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+                trace = trace_function(
+                    self.fn, self.n_positional, self.param_names, values, facts, self.dynamism, SCALAR_LOWERING
+                )
         except exc.KeptFromEarlierCapture:
             raise  # eager would compute with that capture's fake tensor: the user must move the cache out
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing

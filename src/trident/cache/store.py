@@ -15,7 +15,7 @@ library, unless eviction or clear() removed it since, which a reader treats as a
 Corruption: a record whose digest does not match (truncated, altered, other format) or whose library is
 missing or does not match its hash is removed, and the caller compiles as if it were absent.
 
-Trust (trust.py): folders are made 0700 and files written 0600. A record or library is read only when it and
+Trust (runtime/trust.py): folders are made 0700 and files written 0600. A record or library is read only when it and
 every folder from the trust root (TRIDENT_DISK_CACHE_DIR, else TRIDENT_CACHE_DIR) down are owned by this user
 or root and writable by no one else; otherwise trust.Untrusted is raised (one warning per path) and the caller
 compiles. Nothing is published into an untrusted folder.
@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..knobs import knobs
-from . import trust
+from ..runtime import trust
 from .record import CorruptRecord, Record, decode, encode, library_digest
 
 LAYOUT = "v1"
@@ -50,7 +50,7 @@ def cache_root() -> Path:
 
 
 def trust_root() -> Path:
-    """The folder from which every folder down to a stored file must be trusted (trust.py)."""
+    """The folder from which every folder down to a stored file must be trusted (runtime/trust.py)."""
     return knobs.disk_cache_dir or knobs.cache_dir
 
 

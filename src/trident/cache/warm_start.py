@@ -46,7 +46,8 @@ from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..lowering.pipeline import CompiledSpecialization
 from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
-from . import code_deps, launch_sites, store, trust
+from ..runtime import trust
+from . import code_deps, launch_sites, store
 from .fingerprint import StateWalk, Unfingerprintable, format_path, is_library_module
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
@@ -72,7 +73,7 @@ class Stats:
     rejected: int = 0  # records whose checks or guard did not accept a call
     corrupt: int = 0  # records removed as truncated or altered
     write_failures: int = 0  # publishes the file system refused (the first one is logged as a warning)
-    untrusted: int = 0  # records not read and publishes not written: someone else could write there (trust.py)
+    untrusted: int = 0  # records not read and publishes not written: someone else could write there (runtime/trust.py)
     triton_binaries_loaded: int = 0  # distinct Triton binaries (cubins) loaded for loaded specializations
     triton_binary_load_ms: float = 0.0  # the time that took (a warm start's share that is Triton's loader's)
 

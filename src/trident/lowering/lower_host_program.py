@@ -34,7 +34,7 @@ from .aliasing import PRIVATE_VIEW, is_private_view
 from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
 from ..runtime.triton_native import make_native_launch
-from ..runtime.typed_ops import typed_symbol
+from ..typed_ops import typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
