@@ -21,6 +21,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +72,7 @@ class Specialization:
     n_trace_constants: int  # compiled.constants[:n] are the trace's tensor constants (guard paths (-1, (i,)))
     origin: str = "compiled"  # or "loaded from the disk cache" (trident.cache)
     disk_cache: str = ""  # "persisted" or "not persisted: <why>" (trident.cache; empty when it is off)
+    disk_record: Path | None = None  # its record in the disk cache, persisted or loaded (trident.export copies it)
 
     @property
     def trace_constants(self) -> list[object]:

@@ -106,6 +106,7 @@ class Specialization(Protocol):
     compiled: CompiledSpecialization
     compile_seconds: float
     disk_cache: str
+    disk_record: Path | None
 
 
 @dataclasses.dataclass
@@ -175,6 +176,7 @@ class Session:
         """The driver installed `loaded` as `spec`."""
         assert self.jit is not None and self.loaded is not None
         store.touch(self.loaded.path)
+        spec.disk_record = self.loaded.path
         stats.loads += 1
         _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, self.jit.name, self.loaded.path,
              spec.compile_seconds * 1e3)
@@ -263,7 +265,7 @@ class Session:
             guards=guards, facts=facts, outputs=trace.outputs, roots=roots, state_digest=walk.digest(),
             code_dependencies=deps,
         )  # fmt: skip
-        path = store.publish(self.key, record, library)
+        path = spec.disk_record = store.publish(self.key, record, library)
         evicted = store.evict()
         stats.stores += 1
         _log(
