@@ -14,6 +14,7 @@ import trident
 from trident.cache.export import ExportError
 from trident.knobs import override
 
+from . import test_warm_start_triton as triton_round_trip
 from .helpers import finish, start, write_program
 
 PROGRAM = """
@@ -95,3 +96,40 @@ def test_loading_a_folder_without_an_export_says_so(tmp_path: Path) -> None:
             trident.load(str(tmp_path))
     with override(disk_cache=False), pytest.raises(ExportError, match="TRIDENT_DISK_CACHE=0 turned off"):
         trident.load(str(tmp_path))
+
+
+# Triton launch sites (tests/cache/test_warm_start_triton.py's four programs): exported after their first call,
+# loaded by a fresh process; on CUDA with the binaries Triton compiled, launched natively from the first call.
+TRITON_PROGRAM = 'if os.environ.get("LOAD"):\n    trident.load(os.environ["LOAD"])\n' + triton_round_trip.PROGRAM.replace(
+    "        explains[fn.__name__] = trident.explain(jitted)\n",
+    "        explains[fn.__name__] = trident.explain(jitted)\n"
+    "        if os.environ.get(\"EXPORT\"):\n            trident.export(jitted, os.environ[\"EXPORT\"])\n",
+)
+
+
+def _export_then_load_triton(root: Path, device: str) -> tuple[dict, dict]:
+    program = write_program(root, TRITON_PROGRAM)
+    exporting = finish(triton_round_trip._start(program, root / "exporting-cache", DEVICE=device,
+                                                EXPORT=str(root / "exported")))  # fmt: skip
+    loading = finish(triton_round_trip._start(program, root / "empty-cache", DEVICE=device,
+                                              LOAD=str(root / "exported")))  # fmt: skip
+    assert exporting["compiles"] == 4 and all(exporting["ok"].values()), exporting["log"]
+    assert all(loading["ok"].values()) and loading["digests"] == exporting["digests"], loading
+    assert loading["compiles"] == 0 and loading["stats"]["loads"] == 4, loading["log"]
+    assert not list((root / "empty-cache").rglob("*.spec"))
+    return exporting, loading
+
+
+def test_exported_triton_launches_load_in_a_fresh_process(tmp_path: Path) -> None:
+    _, loading = _export_then_load_triton(tmp_path, "cpu")
+    for explain in loading["explains"].values():
+        assert "loaded from the disk cache" in explain and "run through Triton's interpreter" in explain, explain
+
+
+@pytest.mark.gpu
+def test_exported_triton_launches_run_natively_from_the_first_call(tmp_path: Path) -> None:
+    _, loading = _export_then_load_triton(tmp_path, "cuda")
+    assert loading["stats"]["triton_binaries_loaded"] >= 1, loading["stats"]
+    for explain in loading["explains"].values():
+        native = "launched natively, 1 compiled variant(s), 1 native launch(es), 0 through Triton's launcher"
+        assert native in explain, explain
