@@ -100,7 +100,8 @@ def test_loading_a_folder_without_an_export_says_so(tmp_path: Path) -> None:
 
 # Triton launch sites (tests/cache/test_warm_start_triton.py's four programs): exported after their first call,
 # loaded by a fresh process; on CUDA with the binaries Triton compiled, launched natively from the first call.
-TRITON_PROGRAM = 'if os.environ.get("LOAD"):\n    trident.load(os.environ["LOAD"])\n' + triton_round_trip.PROGRAM.replace(
+LOAD_FIRST = 'if os.environ.get("LOAD"):\n    trident.load(os.environ["LOAD"])\n'
+TRITON_PROGRAM = LOAD_FIRST + triton_round_trip.PROGRAM.replace(
     "        explains[fn.__name__] = trident.explain(jitted)\n",
     "        explains[fn.__name__] = trident.explain(jitted)\n"
     "        if os.environ.get(\"EXPORT\"):\n            trident.export(jitted, os.environ[\"EXPORT\"])\n",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import exc
 from ..runtime import trust
@@ -32,12 +33,12 @@ def export(jitted: object, path: str | os.PathLike[str]) -> list[Path]:
     state = getattr(jitted, "_trident", None)
     if state is None:
         raise ExportError(f"trident.export expects a function returned by trident.jit, got {jitted!r}")
-    specializations: Sequence[object] = state.specializations
+    specializations: Sequence[Any] = state.specializations  # driver.Specialization
     if not specializations:
         raise ExportError(f"'{state.name}' has no specialization to export: call it first")
     missing = [
-        f"specialization {spec.index}: {spec.disk_cache or 'the disk cache is off (TRIDENT_DISK_CACHE=0)'}"  # type: ignore[attr-defined]
-        for spec in specializations if getattr(spec, "disk_record", None) is None
+        f"specialization {spec.index}: {spec.disk_cache or 'the disk cache is off (TRIDENT_DISK_CACHE=0)'}"
+        for spec in specializations if spec.disk_record is None
     ]  # fmt: skip
     if missing:
         raise ExportError(
@@ -47,10 +48,10 @@ def export(jitted: object, path: str | os.PathLike[str]) -> list[Path]:
     root = Path(path)
     written = []
     for spec in specializations:
-        source: Path = spec.disk_record  # type: ignore[attr-defined]
+        source: Path = spec.disk_record
         record = store.read_record(source)
         if record is None:
-            raise ExportError(f"specialization {spec.index} of '{state.name}' was evicted from the disk cache "  # type: ignore[attr-defined]
+            raise ExportError(f"specialization {spec.index} of '{state.name}' was evicted from the disk cache "
                               f"({source}); call the function again to compile it")
         library = store.read_library(source, record)
         key = source.parent.name

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -42,24 +41,24 @@ from typing import Any, Protocol
 
 import torch
 
-from ..capture.guards import ABSENT, AttributeGuard, GuardSet, first_failure, leaf_value
-from ..capture.inputs import CallFacts, LeafKind, LeafPath
-from ..artifact import Artifact, BufferPoolSlot, LaunchSiteSlot
+from ..artifact import Artifact
+from ..capture.guards import GuardSet, first_failure
+from ..capture.inputs import CallFacts
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
 from ..runtime import trust
 from ..runtime.specialization import CompiledSpecialization, instantiate
 from . import code_deps, launch_sites, store
-from .fingerprint import StateWalk, Unfingerprintable, format_path, is_library_module
+from .fingerprint import StateWalk, Unfingerprintable
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
 from .provenance import Root, argument_roots, function_roots, walk_roots
-from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, ObjectAt, Record, library_digest, strip_live_objects
+from .record import CorruptRecord, Record, library_digest, strip_live_objects
+from .slots import (
+    Rejected, bind_attributes, bind_identity_objects, constant_recipes, persisted_attributes, resolve_slots,
+)  # fmt: skip
 
 log = logging.getLogger("trident")
-
-CREATED_CONSTANT_LIMIT = 4096  # elements: a trace-created constant larger than a literal is not stored by value
-
 
 @dataclasses.dataclass
 class Stats:
@@ -237,10 +236,11 @@ class Session:
         if isinstance(state, str):
             return state
         deps, roots, walk = state.code_dependencies, state.roots, state.walk
-        recipes, reason = _constant_recipes(spec, walk)
+        assert compiled.artifact is not None
+        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.slots, walk)
         if reason is not None:
             return reason
-        attributes, reason = _persisted_attributes(spec.guards, walk)
+        attributes, reason = persisted_attributes(spec.guards, walk)
         if reason is not None:
             return reason
         start = time.perf_counter()
@@ -303,10 +303,6 @@ def begin(jit: JitFunction, values: Sequence[object], facts: CallFacts) -> Sessi
 # Loading
 
 
-class _Rejected(Exception):
-    """A record that does not fit this process or call (not corrupt: kept for other processes)."""
-
-
 def _load(session: Session) -> Loaded | None:
     assert session.jit is not None and session.key is not None
     walks: dict[tuple[Root, ...], StateWalk] = {}  # what one miss computes once for all the records it reads
@@ -320,7 +316,7 @@ def _load(session: Session) -> Loaded | None:
             return _load_record(session, path, record, walks, code_indexes)
         except trust.Untrusted:  # warned already, once per path; nothing is removed there
             stats.untrusted += 1
-        except _Rejected as e:
+        except Rejected as e:
             stats.rejected += 1
             _log("record %s of '%s' does not fit: %s", path.name, session.jit.name, e)
         except CorruptRecord as e:
@@ -343,127 +339,49 @@ def _load_record(
     start = time.perf_counter()
     reason = code_deps.verify(record.code_dependencies, code_indexes)
     if reason is not None:
-        raise _Rejected(reason)
+        raise Rejected(reason)
     roots = tuple(record.roots)
     if roots not in walks:
         try:
             walks[roots] = walk_roots(roots, jit.fn, session.values)
         except Unfingerprintable as e:
-            raise _Rejected(str(e)) from e
+            raise Rejected(str(e)) from e
     walk = walks[roots]
     if walk.digest() != record.state_digest:
-        raise _Rejected("the state the function closes over (attributes, globals, closure cells) differs")
+        raise Rejected("the state the function closes over (attributes, globals, closure cells) differs")
     n = record.n_trace_constants
-    slots = _resolve_slots(record.constants[:n], [], walk, session.values)
-    guards = _bind_attributes(_bind_identity_objects(record, session.values), walk)
+    slots = resolve_slots(record.constants[:n], [], walk, session.values)
+    guards = bind_attributes(bind_identity_objects(record, session.values), walk)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
     # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
     why = first_failure(guards, session.values, slots)
     if why is not None:
-        raise _Rejected(f"its guards reject this call ({why})")
-    slots = _resolve_slots(record.constants[n:], slots, walk, session.values)
+        raise Rejected(f"its guards reject this call ({why})")
+    slots = resolve_slots(record.constants[n:], slots, walk, session.values)
     library_path = store.read_library(path, record)
     try:
         library = LoadedLibrary(str(library_path))
     except OSError as e:
         raise CorruptRecord(f"its library does not load: {e}") from e
-    artifact = Artifact(library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots)
+    artifact = Artifact(
+        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots
+    )  # fmt: skip
     try:
         compiled = instantiate(artifact)
     except AttributeError as e:  # a symbol the library lacks
         raise CorruptRecord(f"its library does not load: {e}") from e
     except ValueError as e:  # an operator this libtorch does not register
-        raise _Rejected(f"its operators do not resolve: {e}") from e
+        raise Rejected(f"its operators do not resolve: {e}") from e
     if not guard_accepts(compiled.guard_address, compiled.context.address, session.values):
-        raise _Rejected("its native guard rejects this call")
+        raise Rejected("its native guard rejects this call")
     launches = [recipe.value for recipe in record.constants if recipe.kind == "triton_launch"]
     try:
         for site, launch in zip(compiled.launch_sites, launches):  # both in context (program) order
             launch_sites.load_variants(site, launch)  # type: ignore[arg-type]
     except launch_sites.LaunchSiteMismatch as e:
-        raise _Rejected(str(e)) from e
+        raise Rejected(str(e)) from e
     return Loaded(compiled, guards, record.facts, n, time.perf_counter() - start, path)
-
-
-def _resolve_slots(
-    recipes: Sequence[ConstantRecipe], slots: list[object], walk: StateWalk, values: Sequence[object],
-) -> list[object]:
-    """`slots` (those resolved so far) followed by the artifact slot of each of `recipes` in this process: the
-    object itself, or what instantiate makes the runtime object from (a BufferPoolSlot, a LaunchSiteSlot)."""
-    slots = list(slots)
-    for recipe in recipes:
-        i = len(slots)
-        if recipe.kind == "tensor":
-            tensor = walk.tensors.get(recipe.path)
-            if tensor is None:
-                raise _Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
-            slots.append(tensor)
-        elif recipe.kind == "object":
-            slots.append(_object_at(walk, recipe.path))
-        elif recipe.kind == "view":
-            base, sizes, strides, offset = recipe.path
-            slots.append(slots[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
-        elif recipe.kind == "created":
-            slots.append(recipe.created_tensor())
-        elif recipe.kind == "argument":
-            param, items = recipe.path
-            slots.append(leaf_value(LeafPath(param, items, ""), values, []))
-        elif recipe.kind == "value":
-            slots.append(recipe.value)
-        elif recipe.kind == "triton_launch":
-            try:
-                slots.append(LaunchSiteSlot(launch_sites.rebuild(recipe.value)))  # type: ignore[arg-type]
-            except launch_sites.LaunchSiteMismatch as e:
-                raise _Rejected(str(e)) from e
-        elif recipe.kind == "buffer_pool":  # empty, with this process's limit
-            slots.append(BufferPoolSlot(recipe.value))  # type: ignore[arg-type]
-        else:
-            raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
-    return slots
-
-
-def _bind_identity_objects(record: Record, values: Sequence[object]) -> GuardSet:
-    """The record's guards with this call's objects as the identity-guarded ones (see ConstantRecipe)."""
-    identity_objects: list[object] = list(record.guards.identity_objects)
-    for ig in record.guards.identities:
-        identity_objects[ig.constant_index] = leaf_value(ig.path, values, [])
-    return dataclasses.replace(record.guards, identity_objects=identity_objects)
-
-
-def _object_at(walk: StateWalk, path: tuple[object, ...]) -> object:
-    if path not in walk.objects:
-        raise _Rejected(f"no object at {format_path(path)} in this process")
-    return walk.objects[path]
-
-
-def _persisted_attributes(guards: GuardSet, walk: StateWalk) -> tuple[list[AttributeGuard], str | None]:
-    """The module-state guards with their owners (and objects compared by identity) as paths from the roots."""
-    out = []
-    for ag in guards.attributes:
-        if isinstance(ag.owner, type):
-            out.append(ag)  # a library class (the hook counter's): pickled by name
-            continue
-        owner = walk.object_paths.get(id(ag.owner))
-        if owner is None:
-            return [], f"it reads module state ({ag.label}) of a module not reachable from the function's roots"
-        value = ag.value
-        if ag.kind is LeafKind.OBJECT and value is not ABSENT:
-            where = walk.object_paths.get(id(value))
-            if where is None:
-                return [], f"the object it read as {ag.label} is not reachable from the function's roots"
-            value = ObjectAt(where)
-        out.append(dataclasses.replace(ag, owner=ObjectAt(owner), value=value))
-    return out, None
-
-
-def _bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
-    """The record's module-state guards with this process's objects for their ObjectAt paths."""
-    def bind(value: object) -> object:
-        return _object_at(walk, value.path) if isinstance(value, ObjectAt) else value
-
-    attributes = [dataclasses.replace(ag, owner=bind(ag.owner), value=bind(ag.value)) for ag in guards.attributes]
-    return dataclasses.replace(guards, attributes=attributes)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -489,71 +407,3 @@ def _collective_reason(trace: Trace) -> str | None:
         f"it calls collective(s) {', '.join(ops)}; specializations with torch.distributed collectives are not "
         "persisted (process group names and sizes belong to this process)"
     )
-
-
-def _constant_recipes(spec: Specialization, walk: StateWalk) -> tuple[list[ConstantRecipe], str | None]:
-    """How a new process gets each context constant (record.ConstantRecipe), or why one cannot be persisted."""
-    trace, compiled = spec.trace, spec.compiled
-    assert trace is not None and compiled.artifact is not None
-    identity_paths = {
-        id(spec.guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items)
-        for ig in spec.guards.identities
-    }
-    recipes: list[ConstantRecipe] = []
-    for i, obj in enumerate(compiled.artifact.slots):  # the slots: a pool or launch site as the lowering described it
-        if i < len(trace.constants):
-            assert isinstance(obj, torch.Tensor)
-            path = walk.tensor_paths.get(id(obj))
-            if i in trace.derived_constants:  # a view of an earlier constant made at capture: made again
-                layout = (tuple(obj.shape), tuple(obj.stride()), obj.storage_offset())
-                recipes.append(ConstantRecipe("view", (trace.derived_constants[i], *layout)))
-            elif path is not None:
-                recipes.append(ConstantRecipe("tensor", path))
-            elif i in trace.created_constants:
-                if obj.numel() > CREATED_CONSTANT_LIMIT:
-                    return [], (
-                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates "
-                        "from Python data, is "
-                        f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
-                    )
-                buffer = io.BytesIO()
-                torch.save(obj.detach().clone(), buffer)
-                recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
-            else:
-                return [], (
-                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} "
-                    "tensor the function "
-                    "reads) was not found from the function's roots (self, closure cells, globals its code names, "
-                    "arguments passed by identity, and globals of the user code that ran), so another process "
-                    "could not find it again"
-                )
-        else:
-            recipe, reason = _object_recipe(obj, identity_paths, walk.object_paths)
-            if recipe is None:
-                return [], reason
-            recipes.append(recipe)
-    return recipes, None
-
-
-def _object_recipe(
-    obj: object, identity_paths: dict[int, tuple[object, ...]], object_paths: dict[int, tuple[object, ...]]
-) -> tuple[ConstantRecipe | None, str | None]:
-    """The recipe of an artifact slot other than the trace's tensors (one branch per kind of object the lowering
-    adds to the context), or why it has none."""
-    if id(obj) in identity_paths:
-        return ConstantRecipe("argument", identity_paths[id(obj)]), None
-    if type(obj) in SCALAR_TYPES:
-        return ConstantRecipe("value", value=obj), None
-    if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)
-        return ConstantRecipe("value", value=obj), None
-    if isinstance(obj, BufferPoolSlot):  # a new process starts with empty pools, of its own limit
-        return ConstantRecipe("buffer_pool", value=obj.sites), None
-    if isinstance(obj, LaunchSiteSlot):
-        launch, reason = launch_sites.recipe_of(obj.launch)
-        return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
-    if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
-        return ConstantRecipe("value", value=obj), None
-    if id(obj) in object_paths:  # what module-state guards read: a module, its _parameters dict, a submodule
-        return ConstantRecipe("object", object_paths[id(obj)]), None
-    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    return None, f"its context holds a {kind}, which has no persisted form"
