@@ -20,6 +20,8 @@ from .constant_views import byte_distance
 from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
+
 
 @dataclasses.dataclass(frozen=True)
 class SequenceGuard:
@@ -465,8 +467,15 @@ def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[objec
     return value
 
 
-def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[object]) -> str | None:
-    """Why a call does not match, in the user's words, or None if every guard holds."""
+def first_failure(
+    guards: GuardSet, args: Sequence[object], constants: Sequence[object], *, int64: bool = True
+) -> str | None:
+    """Why a call does not match, in the user's words, or None if every guard holds: None exactly when the native
+    guard accepts the call (tests/unit/test_guard_differential.py holds the two to that).
+
+    The native guard computes ints as int64 with checked arithmetic: an int argument outside int64, or a relation
+    whose computation leaves int64 on the way, fails it. `int64=False` leaves out the second, so relations hold or
+    not in Python's exact ints alone: int64_ranges.int64_overflow asks that first, then which int leaves int64."""
     from .inputs import classify, tensor_fact
 
     for g in guards.sequences:
@@ -517,6 +526,8 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             return f"argument '{sg.path.name}': value mismatch: expected {sg.value!r}, got {value!r}"
         if sg.value is None and sg.kind is LeafKind.FLOAT and not math.isfinite(value):  # type: ignore[arg-type]
             return f"argument '{sg.path.name}': {value!r} is not finite; this specialization takes any finite float"
+        if sg.value is None and sg.kind is LeafKind.INT and not INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
+            return f"argument '{sg.path.name}': {value} is outside int64; compiled code takes ints as int64"
     for ig in guards.identities:
         value = leaf_value(ig.path, args, constants)
         if value is not guards.identity_objects[ig.constant_index]:
@@ -526,17 +537,26 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
         env[b.symbol] = _property(leaf_value(b.path, args, constants), b.prop, b.dim)
     for pg in guards.properties:
         actual = _property(leaf_value(pg.path, args, constants), pg.prop, pg.dim)
-        expected = int(pg.expr.xreplace(env))  # type: ignore[arg-type]
-        if actual != expected:
+        expected = _evaluate(pg.expr, env)
+        if expected is None or actual != int(expected):  # type: ignore[call-overload]
             where = pg.path.name if pg.path.is_constant else f"argument '{pg.path.name}'"
             what = {"offset": "storage offset mismatch", "int": "value mismatch"}.get(
                 pg.prop, f"{pg.prop} mismatch at dim {pg.dim}"
             )
-            return f"{where}: {what}: expected {expected}, got {actual}"
+            shown = f"{pg.expr}, which divides by zero here" if expected is None else int(expected)  # type: ignore[call-overload]
+            return f"{where}: {what}: expected {shown}, got {actual}"
+    if int64:
+        from .int64_ranges import native_int64_failure  # a module built on this one
+
+        overflow = native_int64_failure(guards.relations, {s: v for s, v in env.items() if isinstance(v, int)})
+        if overflow is not None:
+            return f"this call computes {overflow}, which leaves int64 (compiled code computes ints as int64)"
     for rg in guards.relations:
-        if not bool(rg.expr.xreplace(env)):
+        holds = _evaluate(rg.expr, env)
+        if not holds:
             values = ", ".join(f"{s} = {env[s]}" for s in sorted(rg.expr.free_symbols, key=str) if s in env)  # type: ignore[index]
-            return f"size relation {rg.expr} does not hold ({values}); {_symbol_sources(rg, guards)}"
+            what = "does not hold" if holds is not None else "divides by zero"
+            return f"size relation {rg.expr} {what} ({values}); {_symbol_sources(rg, guards)}"
     state = current_global_state()
     if state != guards.global_state.state:
         return (
@@ -551,6 +571,15 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             f"{describe_function_modes(modes)}"
         )
     return None
+
+
+def _evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, object]) -> sympy.Basic | None:
+    """`expr` with the call's symbol values, or None where that divides by zero: the native guard computes such an
+    expression as a miss, whatever the relation around it (lowering/symbolic_ints.py)."""
+    try:
+        return expr.xreplace(env)  # type: ignore[arg-type]
+    except ZeroDivisionError:
+        return None
 
 
 def _symbol_sources(rg: RelationGuard, guards: GuardSet) -> str:
