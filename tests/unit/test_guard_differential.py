@@ -33,6 +33,7 @@ import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+import pytest
 import torch
 from torch import nn
 
@@ -41,6 +42,7 @@ from trident.cache.native_library import guard_accepts
 from trident.capture.guards import first_failure
 
 FUZZ_INPUTS = int(os.environ.get("TRIDENT_GUARD_FUZZ_INPUTS", "0") or 0) or 500
+pytestmark = pytest.mark.filterwarnings("ignore:Casting complex values to real")  # a fuzzed dtype change
 SEED = random.randrange(2**32) if os.environ.get("TRIDENT_GUARD_FUZZ_INPUTS") else 16
 
 # --------------------------------------------------------------------------------------------------------
@@ -225,6 +227,41 @@ def int_division(x, n: int, f: float):  # type: ignore[no-untyped-def]
     return y * 2 if f > 1.0 else y - f
 
 
+W = torch.ones(3, 4)
+
+
+def closure_constants(x):  # type: ignore[no-untyped-def]
+    """A tensor the function closes over (a context constant: its metadata is guarded, natively read from the
+    context), compiled under a default device (a torch function mode, compared by device)."""
+    return x @ W, torch.ones(2) + x.sum()
+
+
+def _constant_changes() -> list[tuple[str, Callable[[], Callable[[], None]]]]:
+    def t_() -> Callable[[], None]:
+        W.t_()  # in place: sizes and strides of the same object
+        return lambda: W.t_()
+
+    def requires_grad() -> Callable[[], None]:
+        W.requires_grad_()
+        return lambda: W.requires_grad_(False)
+
+    def retype(dtype: torch.dtype) -> Callable[[], Callable[[], None]]:
+        def change() -> Callable[[], None]:
+            saved = W.data
+            W.data = saved.to(dtype)
+            return lambda: setattr(W, "data", saved)
+
+        return change
+
+    def offset() -> Callable[[], None]:
+        saved = W.data
+        W.data = torch.ones(16)[4:].view(3, 4)  # storage offset 4
+        return lambda: setattr(W, "data", saved)
+
+    return [("W.t_()", t_), ("W.requires_grad_()", requires_grad), ("W as float64", retype(torch.float64)),
+            ("W as a Parameter's data", retype(torch.float32)), ("W at storage offset 4", offset)]  # fmt: skip
+
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -369,6 +406,8 @@ class Program:
     seeds: list[Callable[[], list[object]]]  # bound argument values (parameter order) of the compiling calls
     changes: list[tuple[str, Callable[[], Callable[[], None]]]] = dataclasses.field(default_factory=list)
     self_arg: object = None  # a module's wrapper: values[0], never changed
+    # The state the seeds are compiled under, and most fuzzed calls are made under (a new object each time).
+    under: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
 
 
 @dataclasses.dataclass
@@ -427,7 +466,7 @@ def _verdicts(jit, contexts: Sequence[object], values: list[object]) -> list[tup
 
 def fuzz_program(program: Program, rng: random.Random, n_inputs: int) -> Tally:
     jit = _jit_state(program.jitted)
-    with torch.no_grad():
+    with torch.no_grad(), program.under():
         for seed in program.seeds:
             _call(program.jitted, seed())
     assert jit.eager_calls == 0 and jit.specializations, trident.explain(program.jitted)
@@ -444,13 +483,17 @@ def fuzz_program(program: Program, rng: random.Random, n_inputs: int) -> Tally:
             what.append(f"'{jit.param_names[i]}' changed")
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.no_grad())
+            if program.changes and rng.random() < 0.4:  # made before entering modes that change factories
+                name, change = rng.choice(program.changes)
+                stack.callback(change())  # undone when the input is done
+                what.append(name)
+            if rng.random() < 0.8:
+                stack.enter_context(program.under())
+            elif program.under is not contextlib.nullcontext:
+                what.append("outside the state it was compiled under")
             if rng.random() < 0.25:
                 name, state = rng.choice(GLOBAL_STATES)
                 stack.enter_context(state())
-                what.append(name)
-            if program.changes and rng.random() < 0.4:
-                name, change = rng.choice(program.changes)
-                stack.callback(change())  # undone when the input is done
                 what.append(name)
             _compare(jit, contexts, values, what, tally)
     return tally
@@ -516,6 +559,10 @@ def _programs() -> list[Program]:
             lambda: [torch.zeros(6), 2, 1.5],
             lambda: [torch.zeros(7), 3, 2.5],  # sizes, n and f become symbols
         ]),
+        Program("closure_constants", trident.jit(closure_constants), [
+            lambda: [torch.ones(2, 3)],
+            lambda: [torch.ones(5, 3)],
+        ], _constant_changes(), under=lambda: torch.device("cpu")),
         Program("module", wrapped, [lambda: [wrapped, torch.zeros(2, 4)], lambda: [wrapped, torch.zeros(3, 4)]],
                 _model_changes(model), self_arg=wrapped),
     ]  # fmt: skip
