@@ -1,8 +1,9 @@
 """The guards of one specialization: what a call must satisfy for its compiled code to be correct.
 
 Built from the call's facts and the trace's fake inputs and ShapeEnv. Each guard has a native lowering
-(lowering/lower_guards.py) and a Python explanation (`failure`), used by `trident.explain` and miss logs;
-both check exactly the same thing.
+(lowering/lower_guards.py), which decides calls, and a Python twin (`first_failure`), which explains a miss and
+lets warm start reject a record before loading it; both check exactly the same thing, and
+tests/unit/test_guard_differential.py holds them to it on fuzzed calls.
 
 Symbolic sizes: every symbol is bound from the first input property that is exactly that symbol; every
 other property must equal its expression; then the ShapeEnv's guards and value ranges must hold.
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 import torch
 
 from .constant_views import byte_distance
-from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .inputs import TYPE_PARAMETER, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
@@ -30,6 +31,20 @@ class SequenceGuard:
     def describe(self) -> str:
         kind = "tuple" if self.fact.kind == 1 else "list"
         return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
+
+
+# What a TensorGuard checks of a tensor leaf besides its layout, as explain shows it: the Python check and the
+# explain text both read this table (the native guard compares the same facts in the runtime's encoding,
+# lower_guards.py: a type tag, a dtype code, device type and index, dim and a flags word).
+_TENSOR_FIELDS: tuple[tuple[str, Callable[[TensorFact], object]], ...] = (
+    ("type", lambda f: "Parameter" if f.type_tag == TYPE_PARAMETER else "Tensor"),
+    ("dtype", lambda f: f.dtype),
+    ("device", lambda f: f.device),
+    ("rank", lambda f: len(f.sizes)),
+    ("requires_grad", lambda f: f.requires_grad),
+    ("conj bit", lambda f: f.is_conj),
+    ("neg bit", lambda f: f.is_neg),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +61,16 @@ class TensorGuard:
     fact: TensorFact
 
     def describe(self) -> str:
-        f = self.fact
-        kind = "Parameter" if f.type_tag == 2 else "Tensor"
-        extra = " requires_grad" if f.requires_grad else ""
-        return (
-            f"{self.path.name}: {kind} {str(f.dtype).removeprefix('torch.')} {f.device} rank {len(f.sizes)}"
-            f"{extra}"
-        )
+        kind, dtype, device, rank, *bits = (get(self.fact) for _, get in _TENSOR_FIELDS)
+        flags = "".join(f" {name}" for (name, _), on in zip(_TENSOR_FIELDS[4:], bits) if on)
+        return f"{self.path.name}: {kind} {str(dtype).removeprefix('torch.')} {device} rank {rank}{flags}"
+
+    def mismatch(self, fact: TensorFact) -> str | None:
+        """The first field of _TENSOR_FIELDS in which `fact` (a call's tensor) differs, or None."""
+        for name, get in _TENSOR_FIELDS:
+            if get(fact) != get(self.fact):
+                return f"{name} mismatch: expected {get(self.fact)}, got {get(fact)}"
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -496,18 +514,9 @@ def first_failure(
         fact = tensor_fact(value)
         if fact is None:
             return f"{where}: {type(value).__name__} with layout {value.layout} is not a plain strided tensor"
-        want = tg.fact
-        for name, expected, got in (
-            ("type", want.type_tag, fact.type_tag),
-            ("dtype", want.dtype, fact.dtype),
-            ("device", want.device, fact.device),
-            ("rank", len(want.sizes), len(fact.sizes)),
-            ("requires_grad", want.requires_grad, fact.requires_grad),
-            ("conj bit", want.is_conj, fact.is_conj),
-            ("neg bit", want.is_neg, fact.is_neg),
-        ):
-            if expected != got:
-                return f"{where}: {name} mismatch: expected {expected}, got {got}"
+        why = tg.mismatch(fact)
+        if why is not None:
+            return f"{where}: {why}"
     for dg in guards.derived:
         if byte_distance(constants[dg.index], constants[dg.base]) != dg.distance:  # type: ignore[arg-type]
             return (
