@@ -11,12 +11,14 @@ torch.compile, CUDA graphs, Trident) reads the same tensors. The static KV cache
 
 Each model runs one body (`_forward`) with an operation set (the norms, activations, residual add, RoPE, KV
 write, attention and `linear`): `kernels` (Triton kernels launched by the model's Python, ATen matmuls),
-`library` (the same kernels behind torch.library custom ops, and a Triton matmul behind one: library.py) or
-`reference` (plain torch, for correctness). Entry points:
+`library` (the same kernels behind torch.library custom ops, and a Triton matmul behind one: library.py),
+`aten` (kernels', with the residual add and GELU as ATen ops whose kernels aten_ops.py overrides by the same
+Triton kernels while `aten_ops.overrides` is active) or `reference` (plain torch, for correctness). Entry points:
     decode_step(tokens, pos: int, caches) -> logits                  kernels; position as a Python int
     decode_step_tensor_pos(tokens, pos: Tensor, caches) -> logits    kernels; position as a 1-element int32
                                                                      device tensor
     library_step(tokens, pos, caches) -> logits                      library; int or tensor position
+    aten_step(tokens, pos, caches) -> logits                         aten; int or tensor position
     reference_step(tokens, pos, caches) -> logits                    plain torch; int or tensor position
     step_for(op_set, pos_kind)                                       the benchmarked entry point of an op set
 tokens: [batch] int64; logits: [batch, vocab] in the model dtype.
@@ -30,11 +32,11 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from . import kernels, library, reference
+from . import aten_ops, kernels, library, reference
 
 Caches = list[tuple[torch.Tensor, torch.Tensor]]
 Position = int | torch.Tensor
-OP_SETS = ("kernels", "library")  # the benchmarked operation sets (reference.py is the check)
+OP_SETS = ("kernels", "library", "aten")  # the benchmarked operation sets (reference.py is the check)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,13 +128,16 @@ class Decoder:
     def library_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
         return self._forward(library, tokens, pos, caches)
 
+    def aten_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
+        return self._forward(aten_ops, tokens, pos, caches)
+
     def reference_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
         return self._forward(reference, tokens, pos, caches)
 
     def step_for(self, op_set: str, pos_kind: str) -> Callable[[torch.Tensor, Position, Caches], torch.Tensor]:
         """The entry point benchmarked for `op_set` (one of OP_SETS) with positions of `pos_kind` ('int', 'tensor')."""
-        if op_set == "library":
-            return self.library_step
+        if op_set in ("library", "aten"):
+            return self.library_step if op_set == "library" else self.aten_step
         if op_set != "kernels":
             raise ValueError(f"unknown op set {op_set!r}; choose from {list(OP_SETS)}")
         return self.decode_step_tensor_pos if pos_kind == "tensor" else self.decode_step

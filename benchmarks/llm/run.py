@@ -23,6 +23,9 @@ Systems, on the same weights, KV caches, tokens and positions:
                 GEMV/GEMM (library.py, gemm.py): how kernel libraries expose them. Each system runs it as it runs
                 any custom op (eager and torch.compile through the dispatcher; Trident traces into the bodies).
                 The CUDA-graph floor is measured per op set (the Triton matmul is not cuBLAS)
+    aten        kernels', but the residual add and GELU are `x + y` and F.gelu with ATen's kernels for them
+                overridden by the same Triton kernels (torch.library.Library("aten", "IMPL"), aten_ops.py) during
+                the op set's cells
 
 Schedule: `--warmup` untimed steps at positions 0.. (compiles happen here; the first call is also timed
 alone), then `--rounds` timed rounds of `--steps` steps continuing the positions, so each timed step is at a new
@@ -63,9 +66,13 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks.llm` importable
 # (set TRIDENT_DISK_CACHE=1 to measure a warm start). Read when trident is first imported.
 os.environ.setdefault("TRIDENT_DISK_CACHE", "0")
 
+import contextlib
+
 import torch
 import torch._dynamo
 
+import trident  # before the aten op set registers its kernels: capture knows them from import on
+from benchmarks.llm import aten_ops
 from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
 
@@ -354,7 +361,6 @@ def _pool_stats(pool: object) -> dict[str, int]:
 
 
 def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
-    import trident
     from trident.testing import count_compiles
 
     step = trident.jit(work.step())
@@ -370,9 +376,9 @@ def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
                   explain=trident.explain(step))
     result["notes"] = f"{compiles()} compile(s)" + (f", {state.eager_calls} EAGER call(s)" if state.eager_calls else "")
     opaque = sorted({op for spec in specs for op in spec["opaque"]})
-    if work.op_set == "library":  # custom ops: the launches are native only where capture saw through them
+    if work.op_set != "kernels":  # the launches are native only where capture saw through the ops
         traced = sorted({op for spec in specs for op in spec["traced_into"]})
-        result["notes"] += f", {len(traced)} custom op(s) traced into"
+        result["notes"] += f", {len(traced)} op(s) traced into"
     if opaque:
         result["notes"] += f", OPAQUE: {', '.join(opaque)}"
     return result, checks
@@ -387,6 +393,19 @@ RUNNERS: dict[str, Callable[[Workload], tuple[dict[str, Any], Checks]]] = {
 }
 
 
+def op_set_context(work: Workload) -> contextlib.AbstractContextManager[Any]:
+    """What the op set needs around every system's run: the aten op set's kernel overrides, and on CPU Triton's
+    interpreter for the launches they make eagerly (the reference's adds on CPU reach them too)."""
+    stack = contextlib.ExitStack()
+    if work.op_set == "aten":
+        if work.device.type == "cpu":
+            from trident.capture.triton_launches import interpret_cpu_launches
+
+            stack.enter_context(interpret_cpu_launches())
+        stack.enter_context(aten_ops.overrides(work.device))
+    return stack
+
+
 def run_system(work: Workload, system: str, expected: Checks | None,
                tolerance: float) -> tuple[dict[str, Any], Checks | None]:
     """One system on one workload, never raising: errors are recorded. Logits are checked against eager's (or,
@@ -395,7 +414,7 @@ def run_system(work: Workload, system: str, expected: Checks | None,
         return {"status": "skipped", "reason": "needs CUDA"}, None
     started = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), op_set_context(work):
             result, checks = RUNNERS[system](work)
             if system != "eager":
                 if expected is not None:
@@ -450,7 +469,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="llama,gpt2")
     p.add_argument("--batch", default="1,8")
     p.add_argument("--pos-kind", default="int,tensor", help="int, tensor, or int,tensor")
-    p.add_argument("--ops", default="kernels", help="operation sets: kernels, library, or kernels,library")
+    p.add_argument("--ops", default="kernels", help="operation sets, of kernels, library, aten (e.g. kernels,library)")
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--steps", type=int, default=128, help="steps per timed round")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds (ms/token is the median round)")

@@ -10,6 +10,7 @@ matmul behind torch.library custom ops, which Trident traces into). Also a short
 benchmarks/llm/run.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # plain `pytest` (not `python -m pytest`) leaves the repository root off the path
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.llm import gemm, library, reference  # noqa: E402
+from benchmarks.llm import aten_ops, gemm, library, reference  # noqa: E402
 from benchmarks.llm.models import build_model, rope_tables  # noqa: E402
 
 POSITIONS = [0, 1, 2, 63, 64, 65]  # 0 and 1 are special to guards and Triton; 64 starts a 2nd block
@@ -51,32 +52,43 @@ def library_calls(model_name: str, layers: int, pos_kind: str) -> dict[str, int]
             for op, n in calls.items()}
 
 
-def assert_traced_into(step: object, expected: dict[str, int], device: str) -> None:
-    """Every specialization of `step` traced into exactly these custom ops, this many calls each (as explain
-    says), kept none opaque and calls none of them through the dispatcher."""
+def aten_calls(model_name: str, layers: int) -> dict[str, int]:
+    """The aten op set's overridden ops per step: the residual adds (and GPT-2's embedding + position row,
+    which broadcasts at batch 2: the override hands it to ATen's add.out) and GPT-2's GELU."""
+    if model_name == "llama":
+        return {"aten::add.Tensor": 2 * layers}
+    return {"aten::add.Tensor": 2 * layers + 1, "aten::gelu": layers}
+
+
+def assert_traced_into(step: object, expected: dict[str, int], kind: str, device: str) -> None:
+    """Every specialization of `step` traced into exactly these ops, this many calls each (as explain says),
+    kept none opaque, and calls none of the library's custom ops through the dispatcher."""
     text = trident.explain(step)
     assert "opaque" not in text, text
     for spec in step._trident.specializations:  # type: ignore[attr-defined]
         assert dict(spec.trace.see_through.traced) == expected, text
         assert not [call for call in spec.compiled.aten_calls if library.NS in call], text
     for op, n in expected.items():
-        assert f"traced into {op} (custom op, {device.upper()} kernel): {n} call(s)" in text, text
+        assert f"traced into {op} ({kind}, {device.upper()} kernel): {n} call(s)" in text, text
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pos_kind", ["int", "tensor"])
 @pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-@pytest.mark.parametrize("ops", ["kernels", "library"])
+@pytest.mark.parametrize("ops", ["kernels", "library", "aten"])
 def test_jitted_decode_matches_reference(ops: str, model_name: str, pos_kind: str, device: str) -> None:
     model = build_model(model_name, device, torch.float32, tiny=True, max_seq=128)
     step = trident.jit(model.step_for(ops, pos_kind))
+    # The aten op set's overrides, registered anew around each call (as a library's context manager is): the
+    # same functions again, so no recompile. The reference's adds run outside them.
+    overrides = (lambda: aten_ops.overrides(torch.device(device))) if ops == "aten" else contextlib.nullcontext
     caches, ref_caches = model.new_caches(2), model.new_caches(2)
     compiles_per_step = []
     with torch.no_grad():
         for i, p in enumerate(POSITIONS):
             tokens = torch.randint(0, model.vocab, (2,), device=device)
             pos = torch.tensor([p], dtype=torch.int32, device=device) if pos_kind == "tensor" else p
-            with count_compiles() as compiles:
+            with count_compiles() as compiles, overrides():
                 logits = step(tokens, pos, caches)
             compiles_per_step.append(compiles())
             expected = model.reference_step(tokens, p, ref_caches)
@@ -99,7 +111,9 @@ def test_jitted_decode_matches_reference(ops: str, model_name: str, pos_kind: st
     launches = per_layer * model.n_layers + 1 + (1 if ops == "library" else 0)
     assert len(triton_launch_sites(step)) == launches * sum(compiles_per_step)
     if ops == "library":
-        assert_traced_into(step, library_calls(model_name, model.n_layers, pos_kind), device)
+        assert_traced_into(step, library_calls(model_name, model.n_layers, pos_kind), "custom op", device)
+    elif ops == "aten":
+        assert_traced_into(step, aten_calls(model_name, model.n_layers), "Python kernel", device)
 
 
 @pytest.mark.parametrize("model_name", ["llama", "gpt2"])
@@ -162,29 +176,31 @@ def test_reference_attention_and_rope_are_standard_math() -> None:
 
 
 def test_benchmark_smoke_run(tmp_path: Path) -> None:
-    """One short CPU run of the benchmark script over both op sets writes a result file whose Trident cells
+    """One short CPU run of the benchmark script over the op sets writes a result file whose Trident cells
     match the reference, each cell keyed and labelled by its op set."""
     from benchmarks.llm import report, run
 
     out = tmp_path / "llm.json"
     argv = ["--device", "cpu", "--tiny", "--models", "gpt2", "--batch", "1", "--systems", "eager,trident",
-            "--ops", "kernels,library", "--warmup", "3", "--steps", "2", "--rounds", "1", "--out", str(out),
+            "--ops", "kernels,library,aten", "--warmup", "3", "--steps", "2", "--rounds", "1", "--out", str(out),
             "--no-plot"]
     assert run.main(argv) == 0
     data = json.loads(out.read_text())
     assert {"python", "torch", "triton"} <= set(data["runs"][0]["machine"])
     cells = {(c["ops"], c["pos_kind"], c["system"]): c for c in data["cells"]}
-    assert len(cells) == 8 and {c["status"] for c in cells.values()} == {"ok"}, cells
-    for ops in ("kernels", "library"):
+    assert len(cells) == 12 and {c["status"] for c in cells.values()} == {"ok"}, cells
+    # The aten op set at batch 1: GPT-2's embedding + position row is a same-shape add too.
+    traced_per_op_set = {"kernels": lambda kind: {}, "library": lambda kind: library_calls("gpt2", 2, kind),
+                         "aten": lambda kind: {"aten::add.Tensor": 5, "aten::gelu": 2}}
+    for ops, traced_calls in traced_per_op_set.items():
         for kind, compiles in (("int", 2), ("tensor", 1)):
             trident_cell = cells[(ops, kind, "trident")]
             assert trident_cell["check"]["ok"] and trident_cell["check"]["positions"] == [2, 3, 4]
             assert trident_cell["compiles"] == compiles and trident_cell["eager_calls"] == 0
             assert trident_cell["ms_per_token"] > 0
             traced = [spec["traced_into"] for spec in trident_cell["specializations"]]
-            expected = library_calls("gpt2", 2, kind) if ops == "library" else {}
-            assert traced == [expected] * compiles, traced
-            assert ("custom op(s) traced into" in trident_cell["notes"]) == (ops == "library")
+            assert traced == [traced_calls(kind)] * compiles, traced
+            assert ("op(s) traced into" in trident_cell["notes"]) == (ops != "kernels")
     tables = report.render_tables(data["cells"])
     assert "gpt2 (tiny), cpu, batch 1, position as int, ops kernels" in tables
     assert "gpt2 (tiny), cpu, batch 1, position as int, ops library" in tables
@@ -194,4 +210,4 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     old.write_text(json.dumps({"runs": [], "cells": [{k: v for k, v in c.items() if k != "ops"}
                                                      for c in data["cells"] if c["ops"] == "kernels"]}))
     merged = report.Results.merge([old, out], tmp_path / "merged.json")
-    assert len(merged.data["cells"]) == 8
+    assert len(merged.data["cells"]) == 12  # the old cells share the kernels cells' keys
