@@ -42,8 +42,10 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def _same_layout(x: torch.Tensor, y: Any) -> bool:
-    return (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
-            and x.is_contiguous() and y.is_contiguous())
+    """What kernels.add takes: floating operands (it computes in fp32) of one shape, dtype and device, contiguous.
+    The override sees every add of the process on the device, integer index arithmetic too."""
+    return (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype and x.dtype.is_floating_point
+            and x.device == y.device and x.is_contiguous() and y.is_contiguous())
 
 
 def _add(x: torch.Tensor, y: Any, *, alpha: Any = 1) -> torch.Tensor:
@@ -56,7 +58,7 @@ def _add(x: torch.Tensor, y: Any, *, alpha: Any = 1) -> torch.Tensor:
 
 
 def _gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    if approximate == "tanh" and x.is_contiguous():
+    if approximate == "tanh" and x.is_contiguous() and x.dtype.is_floating_point:
         return kernels.gelu_tanh(x)
     return torch.ops.aten.gelu.out(x, approximate=approximate, out=torch.empty_like(x))
 
