@@ -136,11 +136,12 @@ class Decoder:
 
     def step_for(self, op_set: str, pos_kind: str) -> Callable[[torch.Tensor, Position, Caches], torch.Tensor]:
         """The entry point benchmarked for `op_set` (one of OP_SETS) with positions of `pos_kind` ('int', 'tensor')."""
-        if op_set in ("library", "aten"):
-            return self.library_step if op_set == "library" else self.aten_step
-        if op_set != "kernels":
+        if op_set == "kernels":
+            return self.decode_step_tensor_pos if pos_kind == "tensor" else self.decode_step
+        steps = {"library": self.library_step, "aten": self.aten_step}
+        if op_set not in steps:
             raise ValueError(f"unknown op set {op_set!r}; choose from {list(OP_SETS)}")
-        return self.decode_step_tensor_pos if pos_kind == "tensor" else self.decode_step
+        return steps[op_set]
 
     def _forward(self, ops: ModuleType, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
         raise NotImplementedError

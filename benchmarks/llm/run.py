@@ -1,10 +1,13 @@
 """LLM decode benchmark: ms per token of a growing-position decode loop, every system in one process.
 
-    python -m benchmarks.llm.run [--models llama,gpt2] [--batch 1,8] [--pos-kind int,tensor] [--ops kernels,library]
+    python -m benchmarks.llm.run [--models llama,gpt2] [--batch 1,8] [--pos-kind int,tensor] [--ops kernels,library,aten]
                                  [--systems eager,compile,compile_ro,cuda_graph,trident] [--steps 128]
                                  [--budget-s S] [--out benchmarks/results/llm_decode.json]
     python -m benchmarks.llm.report A.json B.json --out C.json         # merge runs, print tables, plot
     python -m benchmarks.llm.run --device cpu --tiny --steps 3          # CPU smoke run (tiny fp32 models)
+    # issue 20: the kernels reached through custom ops (library) beside direct launches (kernels); estimated ~4 min on an H200
+    python -m benchmarks.llm.run --ops kernels,library --pos-kind tensor --systems eager,cuda_graph,trident,compile
+                                 --steps 64 --rounds 3 --budget-s 280
 
 Systems, on the same weights, KV caches, tokens and positions:
     eager       the model's Python step: Triton wrappers launch kernel[grid](...), ATen matmuls
