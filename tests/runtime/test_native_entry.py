@@ -6,6 +6,7 @@ object: PyDLL keeps the GIL during each call, which the ABI requires for anythin
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -20,15 +21,15 @@ from typing import Any
 import pytest
 import torch
 
+from trident.abi import (
+    EXC_INDEX, EXC_NOT_IMPLEMENTED, EXC_OVERFLOW, EXC_RUNTIME, EXC_TYPE, EXC_VALUE, EXC_ZERO_DIVISION, TAG_BOOL,
+    TAG_DEVICE, TAG_DOUBLE, TAG_INT, TAG_INT_LIST, TAG_NONE, TAG_OPT_TENSOR_LIST, TAG_STRING, TAG_TENSOR,
+    TAG_TENSOR_LIST,
+)  # fmt: skip
 from trident.knobs import knobs, override
 from trident.runtime import RuntimeBuildError, build, load_runtime, runtime_library_path
 
-# --- ABI mirror (trident_runtime.h) ----------------------------------------------------------------------
-
-TAG_NONE, TAG_TENSOR, TAG_INT, TAG_DOUBLE, TAG_BOOL = 0, 1, 2, 3, 4
-TAG_INT_LIST, TAG_TENSOR_LIST, TAG_OPT_TENSOR_LIST, TAG_STRING, TAG_DEVICE = 5, 6, 7, 8, 9
-EXC_RUNTIME, EXC_INDEX, EXC_VALUE, EXC_TYPE, EXC_NOT_IMPLEMENTED = 0, 1, 2, 3, 4
-EXC_ZERO_DIVISION, EXC_OVERFLOW = 6, 7
+# --- The ABI's structs as ctypes sees them (its codes: trident.abi, read from trident_runtime.h) ---------
 
 
 class TensorMeta(ctypes.Structure):
@@ -764,24 +765,73 @@ def test_build_failure_shows_the_command_and_compiler_output(scratch_sources: Pa
 
 
 def test_compiler_abi_matches_the_header_and_the_library(lib: ctypes.PyDLL) -> None:
-    import re
-
+    from trident import abi as header
     from trident.lowering import runtime_abi as abi
 
-    header = (Path(build.CSRC_DIR) / "trident_runtime.h").read_text()
-    defines = {m[1]: int(m[2]) for m in re.finditer(r"#define TRIDENT_(\w+) (\d+)", header)}
-    for name, value in defines.items():
-        if hasattr(abi, name):  # TAG_*, FLAG_*
-            assert getattr(abi, name) == value, name
-    assert {n for n in defines if n.startswith("TAG_")} <= set(dir(abi))
-    # Field i of TridentTensorMeta at byte 8*i, as generated code loads it; ops/constants at 0/8 of the context.
+    # The header's struct fields, as abi.struct_fields reads them, are the ones this test's ctypes mirrors declare:
+    # field i at byte 8*i, as generated code loads it; ops/constants at 0/8 of the context.
+    assert header.struct_fields("TridentTensorMeta") == tuple(name for name, _ in TensorMeta._fields_)
+    assert header.struct_fields("TridentSpecContext") == tuple(name for name, _ in SpecContext._fields_)
     for index, (field, _) in enumerate(TensorMeta._fields_):
         assert getattr(TensorMeta, field).offset == 8 * index
         assert getattr(abi, f"META_{field.upper()}") == index
     assert abi.META_FIELDS == len(TensorMeta._fields_) and ctypes.sizeof(TensorMeta) == 8 * abi.META_FIELDS
     assert (SpecContext.ops.offset, SpecContext.constants.offset) == (8 * abi.CTX_OPS, 8 * abi.CTX_CONSTANTS)
+    assert abi.TAG_TENSOR == header.TAG_TENSOR  # runtime_abi passes the header's codes through
+    text = header.HEADER.read_text()
     externs = [v for v in vars(abi).values() if type(v).__name__ == "Extern"]
     assert externs
     for extern in externs:
-        assert f" {extern.name}(" in header, extern.name
+        assert f" {extern.name}(" in text, extern.name
         assert hasattr(lib, extern.name), extern.name  # exported by the shared object
+
+
+def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) -> None:
+    """Python names each TRIDENT_DTYPE_<NAME> torch.<name> (tensor_access.cpp checks the codes against c10 when it
+    builds): a tensor of every such dtype reads natively as that code, and the code guards compare it with."""
+    from trident.capture.guards import _DTYPE_CODES, dtype_code
+    from trident.lowering.lower_guards import device_type_code
+
+    assert len(_DTYPE_CODES) >= 20 and torch.float8_e4m3fn in _DTYPE_CODES
+    for dtype, code in _DTYPE_CODES.items():
+        meta = TensorMeta()
+        assert lib.trident_read_tensor(torch.empty(2, dtype=dtype), ctypes.byref(meta)) == 1, dtype
+        assert meta.dtype == code == dtype_code(dtype), dtype
+        assert meta.device_type == device_type_code("cpu")
+    with pytest.raises(NotImplementedError, match="torch.qint8 has no code in trident_runtime.h"):
+        dtype_code(torch.qint8)
+
+
+@pytest.mark.parametrize("state", ["default", "no_grad", "inference", "autocast_bf16", "float64", "no_torch_function"])
+def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: str) -> None:
+    """capture.guards.current_global_state (what a specialization is compiled for) and trident_global_state (what
+    its guard reads on each call) pack the same TRIDENT_STATE_* fields."""
+    from trident.capture.guards import current_global_state, describe_global_state
+
+    contexts = {
+        "default": contextlib.nullcontext, "no_grad": torch.no_grad, "inference": torch.inference_mode,
+        "autocast_bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+        "float64": lambda: _default_dtype(torch.float64), "no_torch_function": torch._C.DisableTorchFunction,
+    }  # fmt: skip
+    with contexts[state]():
+        assert lib.trident_global_state() == current_global_state()
+        text = describe_global_state(current_global_state())
+    expected = {
+        "default": "grad on, autocast off, inference mode off, default dtype float32",
+        "no_grad": "grad off, autocast off, inference mode off, default dtype float32",
+        "inference": "grad off, autocast off, inference mode on, default dtype float32",
+        "autocast_bf16": "grad on, autocast on (cpu bfloat16), inference mode off, default dtype float32",
+        "float64": "grad on, autocast off, inference mode off, default dtype float64",
+        "no_torch_function": "grad on, autocast off, inference mode off, torch functions off, default dtype float32",
+    }
+    assert text == expected[state]
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)

@@ -155,7 +155,7 @@ class HostProgramLowering:
         pool_allocations: bool = False,
     ) -> None:
         self.fb = FunctionBuilder(
-            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
+            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=abi.ERROR
         )
         self.access = LeafAccess(self.fb, "%ctx", "%slots")
         self.main = main
@@ -540,7 +540,7 @@ class HostProgramLowering:
         if value.kind == "list":
             n = len(value.items)
             if value.elem in ("!torch.list<int>", "!torch.list<bool>"):
-                return abi.TAG_INT_LIST | (n << 8), _ptr_to_int(fb, self._int_array(value.items))
+                return abi.TAG_INT_LIST | (n << abi.ARG_LENGTH_SHIFT), _ptr_to_int(fb, self._int_array(value.items))
             array = fb.alloca(n, PTR, "tensors")
             optional = "optional" in value.elem
             for i, item in enumerate(value.items):
@@ -549,7 +549,7 @@ class HostProgramLowering:
                     raise exc.LoweringError(f"unsupported list element {item.kind} in {value.elem}")
                 fb.store(handle, PTR, fb.gep(array, i, PTR))
             tag = abi.TAG_OPT_TENSOR_LIST if optional else abi.TAG_TENSOR_LIST
-            return tag | (n << 8), _ptr_to_int(fb, array)
+            return tag | (n << abi.ARG_LENGTH_SHIFT), _ptr_to_int(fb, array)
         raise exc.LoweringError(f"cannot pass a {value.kind} ({operand.type}) to an operator")
 
     def _int_of(self, item: _Lowered) -> str:
@@ -578,13 +578,13 @@ class HostProgramLowering:
         fb.store(result, PTR, "%result")
         for lowered in list(self.values.values()):
             self._release(lowered)
-        fb.ret(fb.const(0, "i32"))
+        fb.ret(fb.const(abi.OK, I32))
 
     def _build(self, tree: OutputTree, returned: list[_Lowered]) -> tuple[str, int]:
         """A new reference to the Python value of `tree`, and its slot in the temps table."""
         fb = self.fb
         if tree.kind in ("tuple", "list"):
-            kind = 1 if tree.kind == "tuple" else 2
+            kind = abi.SEQ_TUPLE if tree.kind == "tuple" else abi.SEQ_LIST
             seq = fb.call(abi.SEQUENCE_NEW, [fb.const(kind), fb.const(len(tree.children))])
             assert seq is not None
             seq_slot = self._temp(seq)
@@ -689,13 +689,14 @@ def _ptr_to_int(fb: FunctionBuilder, ptr: str) -> str:
 
 
 def _device_code(text: str) -> int:
+    """The runtime's code of a device (trident_runtime.h, TRIDENT_TAG_DEVICE)."""
     import torch
 
     from .lower_guards import device_type_code
 
     device = torch.device(text)
-    index = 0xFFFF if device.index is None else device.index
-    return (device_type_code(device.type) << 16) | index
+    index = abi.DEVICE_CODE_NO_INDEX if device.index is None else device.index
+    return (device_type_code(device.type) << abi.DEVICE_CODE_TYPE_SHIFT) | index
 
 
 def _result_count(op: ir.Operation, result: ir.Value) -> int:
