@@ -267,19 +267,8 @@ def test_conch_paged_attention(device: str) -> None:
 # flag-gems (CUDA only: it registers its Triton kernels as ATen's CUDA implementations)
 
 
-class NonFiniteLogits(AssertionError):
-    """The jitted step gave NaN/inf logits where eager's are finite: the known flag-gems failure, by its own type
-    so that its xfail is not satisfied by any other assertion."""
-
-
 @pytest.mark.gpu
 @pytest.mark.flag_gems
-@pytest.mark.xfail(
-    strict=True, raises=NonFiniteLogits,
-    reason="H200, flag-gems 5.0.2, torch 2.11: the refused capture runs the step eagerly (0 compiles, one warning) "
-    "and position 0 equals eager, but position 1 gave NaN logits where two separate eager runs agreed to 1.6e-7; "
-    "gems' bf16 eager logits are non-finite too (benchmarks/libraries.py). Cause not found yet",
-)
 def test_flag_gems_llama_decode_step() -> None:
     flag_gems = need("flag_gems")
     transformers = need("transformers")
@@ -310,9 +299,13 @@ def test_flag_gems_llama_decode_step() -> None:
         for pos in POSITIONS:
             expected, again = eager_step(*inputs(pos, "cuda")), eager_again(*inputs(pos, "cuda"))
             actual = jitted(*inputs(pos, "cuda"))
+            if not (torch.isfinite(expected).all() and torch.isfinite(again).all()):
+                # H200, flag-gems 5.0.2, torch 2.11: gems' own eager logits came out NaN at some positions in
+                # some runs and not in others (2026-12-03 and -04; cause inside the library not found): then
+                # there is nothing to compare the fallback with.
+                pytest.skip(f"flag-gems' own eager logits are non-finite at position {pos} (eager runs: "
+                            f"{torch.isfinite(expected).all().item()}, {torch.isfinite(again).all().item()} finite)")
             spread = (again - expected).abs().max().item()
-            if torch.isfinite(expected).all() and not torch.isfinite(actual).all():
-                raise NonFiniteLogits(f"position {pos}: non-finite jitted logits, eager's finite")
             torch.testing.assert_close(actual, expected, rtol=1e-3, atol=max(4 * spread, 1e-3),
                                        msg=lambda m: f"position {pos} (eager vs eager: {spread:.2e}): {m}")
     assert compiles() == 0 and jitted._trident.eager_calls == len(POSITIONS)  # type: ignore[attr-defined]

@@ -287,6 +287,23 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
     return None
 
 
+_PYTHON_LOCATION = re.compile(r"registered at (?P<where>\S+\.py:\d+|<[^>]+>:\d+)$")
+
+
+def unreadable_python_kernel(op: torch._ops.OpOverload, backend_key: str) -> str | None:
+    """Why `op` stays opaque on `backend_key` when the dispatcher runs a Python kernel there that kernel_for
+    could not identify (registered before `import trident`, so never noted), or None when it runs native code."""
+    try:
+        row = _rows(torch._C._dispatch_dump_table(op_name(op))).get(backend_key)
+    except RuntimeError:
+        return None
+    match = _PYTHON_LOCATION.match(row[0]) if row else None
+    if match is None or row[1].strip() not in ("[kernel]", "[default backend kernel]"):
+        return None
+    return (f"its Python kernel for {backend_key} was registered at {match['where']} before trident was imported, "
+            "and the dispatcher gives no way to read it back; import trident before the library registers it")
+
+
 def _custom_op(name: str) -> Any:
     from torch._library.custom_ops import OPDEFS
 
@@ -429,7 +446,10 @@ class SeeThroughMode(TorchDispatchMode):
         key = torch._C._dispatch_key_for_device(devices.pop())
         memo = (func, key)
         if memo not in self._kernels:
-            self._kernels[memo] = kernel_for(func, key)
+            self._kernels[memo] = kernel = kernel_for(func, key)
+            unreadable = unreadable_python_kernel(func, key) if kernel is None else None
+            if unreadable is not None:
+                self.report.opaque.setdefault(op_name(func), unreadable)
         return self._kernels[memo]
 
     def _trace_into(self, kernel: Kernel, func: torch._ops.OpOverload, args: Sequence[object], kwargs: dict[str, object]) -> object:

@@ -56,6 +56,18 @@ struct CudaApi {
 
 CudaApi cuda;  // written once by init_cuda under the GIL; read by launches (GIL held)
 PyObject* launch_error_type = nullptr;  // strong reference, set by init_cuda
+// The lists behind Triton's launch enter/exit HookChains (watch_launch_hooks; strong references, or null).
+// A profiler that adds a hook after a site went native must still see every launch, so each native launch
+// looks at them (two list sizes) and hands the launch to Triton's launcher, which calls the hooks, while one
+// is set.
+PyObject* launch_hook_lists[2] = {nullptr, nullptr};
+
+bool launch_hooks_set() {
+  for (PyObject* calls : launch_hook_lists) {
+    if (calls != nullptr && PyList_GET_SIZE(calls) > 0) return true;
+  }
+  return false;
+}
 
 // --- Keys and parameters (TRIDENT_KEY_* and TRIDENT_PARAM_* kinds: trident_runtime.h) ---------------------
 
@@ -419,6 +431,23 @@ bool trident::ready_triton_launch_type() {
   return PyType_Ready(&t) == 0;
 }
 
+// watch_launch_hooks(enter_calls, exit_calls) -> None: the `calls` lists of Triton's launch hook chains (None
+// where the installed Triton keeps none); re-sent by Python whenever it registers a variant, so a chain Triton
+// replaced is picked up.
+PyObject* trident::watch_launch_hooks(PyObject*, PyObject* args) {
+  PyObject* lists[2] = {nullptr, nullptr};
+  if (!PyArg_ParseTuple(args, "OO:watch_launch_hooks", &lists[0], &lists[1])) return nullptr;
+  for (int i = 0; i < 2; ++i) {
+    if (lists[i] != Py_None && !PyList_Check(lists[i])) {
+      return PyErr_Format(PyExc_TypeError, "watch_launch_hooks: expected a list or None, got %s",
+                          Py_TYPE(lists[i])->tp_name);
+    }
+    PyObject* held = lists[i] == Py_None ? nullptr : Py_NewRef(lists[i]);
+    Py_XSETREF(launch_hook_lists[i], held);
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* trident::kernel_launch_error_type() {
   return launch_error_type != nullptr ? launch_error_type : PyExc_RuntimeError;
 }
@@ -470,7 +499,7 @@ extern "C" {
 
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* args, int64_t nargs) {
   TritonLaunchObject* self = as_launch(launch_obj);
-  if (self->disabled_reason->empty() && !self->variants->empty()) {
+  if (self->disabled_reason->empty() && !self->variants->empty() && !launch_hooks_set()) {
     int64_t key[kMaxKey];
     CUcontext context = nullptr;
     if (compute_key(self, args, key) && cuda.current_context(&context) == 0) {

@@ -182,7 +182,10 @@ class RegisteredVariant:
 
 def add_variant(launch: Any, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
     """Hand one compiled variant to the site's TritonLaunch, and remember the call on its plan."""
+    from trident.runtime import load_runtime
+
     a = arguments
+    load_runtime().watch_launch_hooks(*_hook_lists())  # the chains now installed (Triton may have replaced them)
     launch.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
     launch.plan.variants.append(RegisteredVariant(arguments, compiled))
 
@@ -304,6 +307,16 @@ def launch_arguments(launch: Any, kernel: Any, kwargs: Mapping[str, Any]) -> tup
             for name, heuristic in wrapper.values.items():
                 args[name] = concrete[name] = heuristic(dict(concrete))
     return args, grid_index
+
+
+def _hook_lists() -> tuple[list[Any] | None, list[Any] | None]:
+    """The `calls` lists of Triton's launch enter/exit HookChains (Triton 3.6-3.9), None where there is none:
+    native launches check their sizes (csrc watch_launch_hooks) and go through Triton's launcher while one is set."""
+    from triton import knobs as triton_knobs
+
+    chains = (triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook)
+    lists = tuple(getattr(chain, "calls", None) for chain in chains)
+    return tuple(calls if isinstance(calls, list) else None for calls in lists)  # type: ignore[return-value]
 
 
 def launch_hooks_active() -> bool:
