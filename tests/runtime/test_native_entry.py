@@ -6,7 +6,6 @@ object: PyDLL keeps the GIL during each call, which the ABI requires for anythin
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import gc
@@ -785,53 +784,3 @@ def test_compiler_abi_matches_the_header_and_the_library(lib: ctypes.PyDLL) -> N
         assert f" {extern.name}(" in text, extern.name
         assert hasattr(lib, extern.name), extern.name  # exported by the shared object
 
-
-def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) -> None:
-    """Python names each TRIDENT_DTYPE_<NAME> torch.<name> (tensor_access.cpp checks the codes against c10 when it
-    builds): a tensor of every such dtype reads natively as that code, and the code guards compare it with."""
-    from trident.capture.guards import _DTYPE_CODES, dtype_code
-    from trident.lowering.lower_guards import device_type_code
-
-    assert len(_DTYPE_CODES) >= 20 and torch.float8_e4m3fn in _DTYPE_CODES
-    for dtype, code in _DTYPE_CODES.items():
-        meta = TensorMeta()
-        assert lib.trident_read_tensor(torch.empty(2, dtype=dtype), ctypes.byref(meta)) == 1, dtype
-        assert meta.dtype == code == dtype_code(dtype), dtype
-        assert meta.device_type == device_type_code("cpu")
-    with pytest.raises(NotImplementedError, match="torch.qint8 has no code in trident_runtime.h"):
-        dtype_code(torch.qint8)
-
-
-@pytest.mark.parametrize("state", ["default", "no_grad", "inference", "autocast_bf16", "float64", "no_torch_function"])
-def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: str) -> None:
-    """capture.guards.current_global_state (what a specialization is compiled for) and trident_global_state (what
-    its guard reads on each call) pack the same TRIDENT_STATE_* fields."""
-    from trident.capture.guards import current_global_state, describe_global_state
-
-    contexts = {
-        "default": contextlib.nullcontext, "no_grad": torch.no_grad, "inference": torch.inference_mode,
-        "autocast_bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
-        "float64": lambda: _default_dtype(torch.float64), "no_torch_function": torch._C.DisableTorchFunction,
-    }  # fmt: skip
-    with contexts[state]():
-        assert lib.trident_global_state() == current_global_state()
-        text = describe_global_state(current_global_state())
-    expected = {
-        "default": "grad on, autocast off, inference mode off, default dtype float32",
-        "no_grad": "grad off, autocast off, inference mode off, default dtype float32",
-        "inference": "grad off, autocast off, inference mode on, default dtype float32",
-        "autocast_bf16": "grad on, autocast on (cpu bfloat16), inference mode off, default dtype float32",
-        "float64": "grad on, autocast off, inference mode off, default dtype float64",
-        "no_torch_function": "grad on, autocast off, inference mode off, torch functions off, default dtype float32",
-    }
-    assert text == expected[state]
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(saved)
