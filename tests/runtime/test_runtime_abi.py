@@ -25,6 +25,7 @@ def lib() -> ctypes.PyDLL:
     return lib
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")  # torch.empty of complex32
 def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) -> None:
     """Python names each TRIDENT_DTYPE_<NAME> torch.<name> (tensor_access.cpp checks the codes against c10 when it
     builds): a tensor of every such dtype reads natively as that code, and the code guards compare it with."""
