@@ -1,4 +1,4 @@
-"""Triton launches that must stay on Triton's own launcher (docs/how-it-works.md, "Triton launches"): kernels using
+"""Triton launches that must stay on Triton's own launcher (docs/design.md, "Triton launches"): kernels using
 thread-block clusters, cooperative or programmatic-dependent (PDL) launches, scratch buffers, TMA descriptors or
 fp16 scalar arguments, and every launch while a Triton launch hook (a profiler) is set.
 
