@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 import sympy
 import torch
 
+from .. import abi
 from .constant_views import byte_distance
-from .inputs import TYPE_PARAMETER, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
@@ -29,7 +30,7 @@ class SequenceGuard:
     fact: SequenceFact
 
     def describe(self) -> str:
-        kind = "tuple" if self.fact.kind == 1 else "list"
+        kind = "tuple" if self.fact.kind == abi.SEQ_TUPLE else "list"
         return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
 
 
@@ -37,7 +38,7 @@ class SequenceGuard:
 # explain text both read this table (the native guard compares the same facts in the runtime's encoding,
 # lower_guards.py: a type tag, a dtype code, device type and index, dim and a flags word).
 _TENSOR_FIELDS: tuple[tuple[str, Callable[[TensorFact], object]], ...] = (
-    ("type", lambda f: "Parameter" if f.type_tag == TYPE_PARAMETER else "Tensor"),
+    ("type", lambda f: "Parameter" if f.type_tag == abi.TYPE_PARAMETER else "Tensor"),
     ("dtype", lambda f: f.dtype),
     ("device", lambda f: f.device),
     ("rank", lambda f: len(f.sizes)),
@@ -257,46 +258,48 @@ class GuardSet:
 # Global state
 
 
-_DTYPE_CODES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-    torch.float32: 6, torch.float64: 7, torch.complex32: 8, torch.complex64: 9, torch.complex128: 10,
-    torch.bool: 11, torch.bfloat16: 15,
-}  # fmt: skip
+# The header's TRIDENT_DTYPE_<NAME> is torch.<name> (the runtime checks the codes against c10::ScalarType).
+_DTYPE_CODES = {getattr(torch, name.lower()): code for name, code in abi.family("DTYPE_").items()}
 _DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 
 def dtype_code(dtype: torch.dtype) -> int:
     """c10::ScalarType value of a dtype, as the runtime reports it."""
-    if dtype in _DTYPE_CODES:
-        return _DTYPE_CODES[dtype]
-    # Other dtypes: torch exposes the enum through this private map; fall back to it.
-    from torch._C import _get_scalar_type_code  # type: ignore[attr-defined]  # pragma: no cover
-
-    return int(_get_scalar_type_code(dtype))  # pragma: no cover
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:  # a guard or a global state Trident cannot state: not a silent wrong code
+        raise NotImplementedError(f"trident: {dtype} has no code in trident_runtime.h (TRIDENT_DTYPE_*)")
+    return code
 
 
 # ATen's TorchFunctionDisabledState, set by torch._C.DisableTorchFunctionSubclass / DisableTorchFunction.
-_TORCH_FUNCTION_STATES = ("torch functions on", "subclass torch functions off", "torch functions off")
+_TORCH_FUNCTION_STATES = {
+    abi.TORCH_FUNCTION_ENABLED: "torch functions on",
+    abi.TORCH_FUNCTION_SUBCLASSES_DISABLED: "subclass torch functions off",
+    abi.TORCH_FUNCTION_ALL_DISABLED: "torch functions off",
+}
 
 
 def torch_function_disabled_state() -> int:
     if torch._C._is_torch_function_all_disabled():
-        return 2
-    return 0 if torch._C._is_torch_function_enabled() else 1
+        return abi.TORCH_FUNCTION_ALL_DISABLED
+    if torch._C._is_torch_function_enabled():
+        return abi.TORCH_FUNCTION_ENABLED
+    return abi.TORCH_FUNCTION_SUBCLASSES_DISABLED
 
 
 def current_global_state() -> int:
+    """What the runtime's trident_global_state returns now (its TRIDENT_STATE_* fields)."""
     autocast = any(
         torch.is_autocast_enabled(device) for device in ("cpu", "cuda")
     )
     return (
-        int(torch.is_grad_enabled())
-        | int(autocast) << 1
-        | int(torch.is_inference_mode_enabled()) << 2
-        | torch_function_disabled_state() << 3
-        | dtype_code(torch.get_default_dtype()) << 8
-        | autocast_code("cpu") << 16
-        | autocast_code("cuda") << 24
+        (abi.STATE_GRAD_ENABLED if torch.is_grad_enabled() else 0)
+        | (abi.STATE_AUTOCAST_ENABLED if autocast else 0)
+        | (abi.STATE_INFERENCE_MODE if torch.is_inference_mode_enabled() else 0)
+        | torch_function_disabled_state() << abi.STATE_TORCH_FUNCTION_SHIFT
+        | dtype_code(torch.get_default_dtype()) << abi.STATE_DEFAULT_DTYPE_SHIFT
+        | autocast_code("cpu") << abi.STATE_AUTOCAST_CPU_SHIFT
+        | autocast_code("cuda") << abi.STATE_AUTOCAST_CUDA_SHIFT
     )
 
 
@@ -343,23 +346,22 @@ def _dtype_name(code: int) -> str:
 
 
 def _describe_autocast(state: int) -> str:
-    casts = [
-        f"{device} {_dtype_name(code - 1)}"
-        for device, code in (("cpu", (state >> 16) & 0xFF), ("cuda", (state >> 24) & 0xFF))
-        if code
-    ]
+    shifts = (("cpu", abi.STATE_AUTOCAST_CPU_SHIFT), ("cuda", abi.STATE_AUTOCAST_CUDA_SHIFT))
+    codes = [(device, (state >> shift) & abi.STATE_DTYPE_MASK) for device, shift in shifts]
+    casts = [f"{device} {_dtype_name(code - 1)}" for device, code in codes if code]
     if casts:
         return "on (" + ", ".join(casts) + ")"
-    return "on" if state & 2 else "off"
+    return "on" if state & abi.STATE_AUTOCAST_ENABLED else "off"
 
 
 def describe_global_state(state: int) -> str:
-    torch_functions = (state >> 3) & 3
+    torch_functions = (state >> abi.STATE_TORCH_FUNCTION_SHIFT) & abi.STATE_TORCH_FUNCTION_MASK
+    default_dtype = (state >> abi.STATE_DEFAULT_DTYPE_SHIFT) & abi.STATE_DTYPE_MASK
     return (
-        f"grad {'on' if state & 1 else 'off'}, autocast {_describe_autocast(state)}, "
-        f"inference mode {'on' if state & 4 else 'off'}, "
-        + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions else "")
-        + f"default dtype {_dtype_name((state >> 8) & 0xFF)}"
+        f"grad {'on' if state & abi.STATE_GRAD_ENABLED else 'off'}, autocast {_describe_autocast(state)}, "
+        f"inference mode {'on' if state & abi.STATE_INFERENCE_MODE else 'off'}, "
+        + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions != abi.TORCH_FUNCTION_ENABLED else "")
+        + f"default dtype {_dtype_name(default_dtype)}"
     )
 
 
@@ -501,7 +503,7 @@ def first_failure(
             value = leaf_value(g.fact.path, args, constants)
         except (IndexError, TypeError):
             return f"argument '{g.fact.path.name}': missing"
-        kind = "tuple" if g.fact.kind == 1 else "list"
+        kind = "tuple" if g.fact.kind == abi.SEQ_TUPLE else "list"
         if type(value).__name__ != kind:
             return f"argument '{g.fact.path.name}': expected a {kind}, got {type(value).__name__}"
         if len(value) != g.fact.length:  # type: ignore[arg-type]

@@ -147,7 +147,7 @@ int32_t noop_run(TridentSpecContext*, PyObject* const*, PyObject** result) {
   return TRIDENT_OK;
 }
 
-int32_t always_guard(TridentSpecContext*, PyObject* const*) { return 1; }
+int32_t always_guard(TridentSpecContext*, PyObject* const*) { return TRIDENT_GUARD_MATCH; }
 
 PyObject* module_noop_run_address(PyObject*, PyObject*) {
   return PyLong_FromVoidPtr(reinterpret_cast<void*>(&noop_run));

@@ -69,23 +69,7 @@ bool launch_hooks_set() {
   return false;
 }
 
-// --- Keys and parameters (numbering shared with runtime/triton_native.py) ---------------------------------
-
-enum KeyKind : int64_t {
-  KEY_ALIGN = 0,         // pointer: 1 if 16-byte aligned
-  KEY_INT = 1,           // int: 1 if ==1, else 2 + 2*(beyond int32) + (divisible by 16)
-  KEY_INT_NO_ALIGN = 2,  // int with do_not_specialize_on_alignment: ==1 or the width, no divisibility
-  KEY_INT_WIDTH = 3,     // int with do_not_specialize: the width only
-  KEY_VALUE = 4,         // the exact value (autotune keys, heuristics inputs)
-};
-
-enum ParamKind : int64_t {
-  PARAM_POINTER = 0,  // operand tensor: its data address
-  PARAM_INT = 1,      // operand int (stored as int64; narrower types read the low bytes)
-  PARAM_FP32 = 2,     // operand float or int, converted to fp32 bits
-  PARAM_FP64 = 3,     // operand float or int, as fp64 bits
-  PARAM_LITERAL = 4,  // 8 bytes packed by Python (constants of the launch)
-};
+// --- Keys and parameters (TRIDENT_KEY_* and TRIDENT_PARAM_* kinds: trident_runtime.h) ---------------------
 
 constexpr int64_t kMaxKey = 64;
 constexpr int64_t kMaxParams = 128;
@@ -129,30 +113,30 @@ struct TritonLaunchObject {
 
 int64_t int_key(int64_t value, int64_t kind) {
   const bool wide = value < INT32_MIN || value > INT32_MAX;  // Triton types such an int i64, else i32
-  if (kind == KEY_INT_WIDTH) return 2 + 2 * wide;
+  if (kind == TRIDENT_KEY_INT_WIDTH) return 2 + 2 * wide;
   if (value == 1) return 1;  // Triton makes it a constexpr (and drops the parameter)
-  if (kind == KEY_INT_NO_ALIGN) return 2 + 2 * wide;
+  if (kind == TRIDENT_KEY_INT_NO_ALIGN) return 2 + 2 * wide;
   return 2 + 2 * wide + (value % 16 == 0);
 }
 
 int64_t key_of(int64_t value, int64_t kind) {
   switch (kind) {
-    case KEY_ALIGN: return (value % 16) == 0;
-    case KEY_VALUE: return value;
+    case TRIDENT_KEY_ALIGN: return (value % 16) == 0;
+    case TRIDENT_KEY_VALUE: return value;
     default: return int_key(value, kind);
   }
 }
 
 // The value an operand contributes to keys and parameters: a tensor's data address, an int, a double's bits.
 bool operand_value(const int64_t* args, int64_t index, int64_t* out) {
-  const int64_t tag = args[2 * index] & 0xff, value = args[2 * index + 1];
+  const int64_t tag = args[2 * index] & TRIDENT_ARG_TAG_MASK, value = args[2 * index + 1];
   if (tag == TRIDENT_TAG_TENSOR) return trident::tensor_data_address(reinterpret_cast<AtenTensorHandle>(value), out);
   *out = value;
   return true;
 }
 
 double operand_as_double(const int64_t* args, int64_t index, int64_t value) {
-  if ((args[2 * index] & 0xff) == TRIDENT_TAG_DOUBLE) {
+  if ((args[2 * index] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE) {
     double d;
     std::memcpy(&d, &value, sizeof d);
     return d;
@@ -198,14 +182,14 @@ int32_t launch_variant(TritonLaunchObject* self, const Variant& v, const int64_t
   for (size_t i = 0; i < n; ++i) {
     const Param& p = v.params[i];
     int64_t value = p.source;
-    if (p.kind != PARAM_LITERAL && !operand_value(args, p.source, &value)) return 0;
+    if (p.kind != TRIDENT_PARAM_LITERAL && !operand_value(args, p.source, &value)) return 0;
     uint64_t bits = static_cast<uint64_t>(value);
-    if (p.kind == PARAM_FP32) {
+    if (p.kind == TRIDENT_PARAM_FP32) {
       const float f = static_cast<float>(operand_as_double(args, p.source, value));
       uint32_t b32;
       std::memcpy(&b32, &f, sizeof b32);
       bits = b32;
-    } else if (p.kind == PARAM_FP64) {
+    } else if (p.kind == TRIDENT_PARAM_FP64) {
       const double d = operand_as_double(args, p.source, value);
       std::memcpy(&bits, &d, sizeof bits);
     }

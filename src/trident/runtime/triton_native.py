@@ -32,11 +32,12 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger("trident")
+from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_runtime.h
+    KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE,
+    PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
+)  # fmt: skip
 
-# Numbering shared with csrc/triton_launch.cpp.
-KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE = range(5)
-PARAM_POINTER, PARAM_INT, PARAM_FP32, PARAM_FP64, PARAM_LITERAL = range(5)
+log = logging.getLogger("trident")
 
 # Triton versions whose CUDA launch ABI csrc/triton_launch.cpp follows, read from each release's
 # backends/nvidia/driver.py + driver.c (the launcher) and compiler/compiler.py (CompiledKernel). What was checked,
