@@ -196,20 +196,28 @@ class Model:
 
     def step_direct(self, x: torch.Tensor) -> torch.Tensor:
         for p in self.layers:
-            h = rms_norm(x, p["norm"])
+            h = rms_norm_direct(x, p["norm"])
             q, k, v = launch_gemv(p["q"], h), launch_gemv(p["k"], h), launch_gemv(p["v"], h)
             mixed = launch_binary(q, torch.cat([k, v, k, v, k, v, k, v])[: q.shape[0]].contiguous(), 0)
             x = launch_binary(x, launch_gemv(p["o"], mixed), 0)
-            h = rms_norm(x, p["norm2"])
+            h = rms_norm_direct(x, p["norm2"])
             act = launch_binary(launch_silu(launch_gemv(p["gate"], h)), launch_gemv(p["up"], h), 1)
             x = launch_binary(x, launch_gemv(p["down"], act), 0)
         return x
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """ATen ops with broadcasting (the overrides hand these to ATen's own kernels)."""
+    """ATen ops with broadcasting (the overrides hand these to ATen's own kernels) and one same-shape mul by the
+    weight (the mul override launches binary_kernel for it)."""
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def rms_norm_direct(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """rms_norm with the kernel the custom_op variant's mul override launches called directly, so that both
+    variants launch the same Triton kernels (224 per step at 16 layers)."""
+    xf = x.float()
+    return launch_binary((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype), w, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -17,10 +17,14 @@ Layouts (all row-major, the last dimension contiguous):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 Position = int | torch.Tensor
+
+# The matmuls are ATen's (cuBLAS on CUDA) in this op set; library.py's op set has a Triton matmul of its own.
+linear = F.linear
 
 
 def _warps(block: int) -> int:

@@ -9,25 +9,34 @@ Weights are random (fixed seed, no downloads), stored as plain tensors on the ob
 torch.compile, CUDA graphs, Trident) reads the same tensors. The static KV cache is a list of per-layer
 (k, v) tensors [batch, kv_heads, max_seq, head_dim] passed to every step and written in place at `pos`.
 
-Each model runs one body (`_forward`) with an operation set: `kernels` (Triton, what is benchmarked) or
-`reference` (plain torch, for correctness). Entry points:
-    decode_step(tokens, pos: int, caches) -> logits                  position as a Python int
-    decode_step_tensor_pos(tokens, pos: Tensor, caches) -> logits    position as a 1-element int32 device tensor
+Each model runs one body (`_forward`) with an operation set (the norms, activations, residual add, RoPE, KV
+write, attention and `linear`): `kernels` (Triton kernels launched by the model's Python, ATen matmuls),
+`library` (the same kernels behind torch.library custom ops, and a Triton matmul behind one: library.py),
+`aten` (kernels', with the residual add and GELU as ATen ops whose kernels aten_ops.py overrides by the same
+Triton kernels while `aten_ops.overrides` is active) or `reference` (plain torch, for correctness). Entry points:
+    decode_step(tokens, pos: int, caches) -> logits                  kernels; position as a Python int
+    decode_step_tensor_pos(tokens, pos: Tensor, caches) -> logits    kernels; position as a 1-element int32
+                                                                     device tensor
+    library_step(tokens, pos, caches) -> logits                      library; int or tensor position
+    aten_step(tokens, pos, caches) -> logits                         aten; int or tensor position
     reference_step(tokens, pos, caches) -> logits                    plain torch; int or tensor position
+    step_for(op_set, pos_kind)                                       the benchmarked entry point of an op set
 tokens: [batch] int64; logits: [batch, vocab] in the model dtype.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
-from . import kernels, reference
+from . import aten_ops, kernels, library, reference
 
 Caches = list[tuple[torch.Tensor, torch.Tensor]]
 Position = int | torch.Tensor
+OP_SETS = ("kernels", "library", "aten")  # the benchmarked operation sets (reference.py is the check)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,8 +125,23 @@ class Decoder:
     def decode_step_tensor_pos(self, tokens: torch.Tensor, pos: torch.Tensor, caches: Caches) -> torch.Tensor:
         return self._forward(kernels, tokens, pos, caches)
 
+    def library_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
+        return self._forward(library, tokens, pos, caches)
+
+    def aten_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
+        return self._forward(aten_ops, tokens, pos, caches)
+
     def reference_step(self, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
         return self._forward(reference, tokens, pos, caches)
+
+    def step_for(self, op_set: str, pos_kind: str) -> Callable[[torch.Tensor, Position, Caches], torch.Tensor]:
+        """The entry point benchmarked for `op_set` (one of OP_SETS) with positions of `pos_kind` ('int', 'tensor')."""
+        if op_set == "kernels":
+            return self.decode_step_tensor_pos if pos_kind == "tensor" else self.decode_step
+        steps = {"library": self.library_step, "aten": self.aten_step}
+        if op_set not in steps:
+            raise ValueError(f"unknown op set {op_set!r}; choose from {list(OP_SETS)}")
+        return steps[op_set]
 
     def _forward(self, ops: ModuleType, tokens: torch.Tensor, pos: Position, caches: Caches) -> torch.Tensor:
         raise NotImplementedError
@@ -179,15 +203,15 @@ class LlamaModel(Decoder):
         x = F.embedding(tokens, self.embed)  # [batch, hidden]
         for layer, (k_cache, v_cache) in zip(self.layers, caches):
             h = ops.rms_norm(x, layer.attn_norm, c.eps)
-            qkv = F.linear(h, layer.w_qkv)
+            qkv = ops.linear(h, layer.w_qkv)
             qk = ops.rope(qkv, rotated, c.head_dim, self.cos, self.sin, pos)  # q and k heads, rotated
             v = qkv[:, rotated * c.head_dim :].view(batch, c.kv_heads, c.head_dim)
             ops.kv_write(qk[:, c.q_heads :], v, k_cache, v_cache, pos)
             attn = ops.decode_attention(qk[:, : c.q_heads], k_cache, v_cache, pos)
-            x = ops.add(x, F.linear(attn.view(batch, -1), layer.w_o))
+            x = ops.add(x, ops.linear(attn.view(batch, -1), layer.w_o))
             h = ops.rms_norm(x, layer.mlp_norm, c.eps)
-            x = ops.add(x, F.linear(ops.swiglu(F.linear(h, layer.w_gate_up)), layer.w_down))
-        return F.linear(ops.rms_norm(x, self.final_norm, c.eps), self.embed)
+            x = ops.add(x, ops.linear(ops.swiglu(ops.linear(h, layer.w_gate_up)), layer.w_down))
+        return ops.linear(ops.rms_norm(x, self.final_norm, c.eps), self.embed)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,14 +274,14 @@ class GPT2Model(Decoder):
         x = F.embedding(tokens, self.wte) + position_row(self.wpe, pos)  # [batch, hidden]
         for layer, (k_cache, v_cache) in zip(self.layers, caches):
             a = ops.layer_norm(x, layer.ln1_w, layer.ln1_b, c.eps)
-            qkv = F.linear(a, layer.w_qkv, layer.b_qkv)
+            qkv = ops.linear(a, layer.w_qkv, layer.b_qkv)
             q, k, v = (qkv[:, i * h : (i + 1) * h].view(batch, c.heads, d) for i in range(3))
             ops.kv_write(k, v, k_cache, v_cache, pos)
             attn = ops.decode_attention(q, k_cache, v_cache, pos)
-            x = ops.add(x, F.linear(attn.view(batch, h), layer.w_proj, layer.b_proj))
+            x = ops.add(x, ops.linear(attn.view(batch, h), layer.w_proj, layer.b_proj))
             a = ops.layer_norm(x, layer.ln2_w, layer.ln2_b, c.eps)
-            x = ops.add(x, F.linear(ops.gelu_tanh(F.linear(a, layer.w_fc, layer.b_fc)), layer.w_out, layer.b_out))
-        return F.linear(ops.layer_norm(x, self.lnf_w, self.lnf_b, c.eps), self.wte)
+            x = ops.add(x, ops.linear(ops.gelu_tanh(ops.linear(a, layer.w_fc, layer.b_fc)), layer.w_out, layer.b_out))
+        return ops.linear(ops.layer_norm(x, self.lnf_w, self.lnf_b, c.eps), self.wte)
 
 
 MODELS = {"llama": (LlamaModel, LlamaConfig), "gpt2": (GPT2Model, GPT2Config)}

@@ -3,9 +3,11 @@
     python -m benchmarks.llm.report A.json B.json ... --out C.json [--no-plot]
 
 A run of benchmarks/llm/run.py writes one JSON file: `runs` (argv, machine: GPU, driver, torch, Triton, Python
-versions; schedule) and `cells`, one per (model, tiny, device, batch, position kind, system). Merging several
-files (runs split across device calls) keeps every run and, per cell key, the later file's cell, unless the
-earlier one finished and the later one did not. Writes C.json and C.png and prints the tables.
+versions; schedule) and `cells`, one per (model, tiny, device, batch, position kind, op set, system); the op set
+(`ops`: kernels or library, run.py) is part of the key, and cells of files written before it existed are
+`kernels`. Merging several files (runs split across device calls) keeps every run and, per cell key, the later
+file's cell, unless the earlier one finished and the later one did not. Writes C.json and C.png and prints the
+tables: one per (model, batch, position kind, op set), the op sets of a workload next to each other.
 """
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 SYSTEMS = ("eager", "compile", "compile_ro", "cuda_graph", "trident")  # table order
-SCHEMA = "trident-llm-decode/2"
+SCHEMA = "trident-llm-decode/3"  # 3: cells carry `ops`
 
 
 def cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return (cell["model"], cell["tiny"], cell["device"], cell["batch"], cell["pos_kind"], cell["system"])
+    """(model, tiny, device, batch, position kind, op set, system)."""
+    return (cell["model"], cell["tiny"], cell["device"], cell["batch"], cell["pos_kind"], cell.get("ops", "kernels"),
+            cell["system"])
 
 
 class Results:
@@ -67,10 +71,12 @@ def group_cells(cells: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, 
     return groups
 
 
-def device_ms(cells: list[dict[str, Any]], model: str, tiny: bool, device: str, batch: int) -> float | None:
-    """The CUDA-graph floor of (model, batch), whatever the table's position kind."""
+def device_ms(cells: list[dict[str, Any]], model: str, tiny: bool, device: str, batch: int,
+              ops: str = "kernels") -> float | None:
+    """The CUDA-graph floor of (model, batch) under an op set, whatever the table's position kind."""
     for c in cells:
-        if cell_key(c)[:4] == (model, tiny, device, batch) and c["system"] == "cuda_graph" and c["status"] == "ok":
+        key = cell_key(c)
+        if key[:4] == (model, tiny, device, batch) and key[5] == ops and c["system"] == "cuda_graph" and c["status"] == "ok":
             return c.get("device_ms_per_token")
     return None
 
@@ -84,13 +90,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def render_tables(cells: list[dict[str, Any]]) -> str:
-    """One table per (model, device, batch, position kind): ms/token and the ratios."""
+    """One table per (model, device, batch, position kind, op set): ms/token and the ratios."""
     lines: list[str] = []
-    for (model, tiny, device, batch, pos_kind), systems in sorted(group_cells(cells).items(), key=str):
-        floor = device_ms(cells, model, tiny, device, batch)
+    for (model, tiny, device, batch, pos_kind, ops), systems in sorted(group_cells(cells).items(), key=str):
+        floor = device_ms(cells, model, tiny, device, batch, ops)
         eager, compiled = (systems.get(s, {}).get("ms_per_token") for s in ("eager", "compile"))
-        lines += ["", f"{model}{' (tiny)' if tiny else ''}, {device}, batch {batch}, position as {pos_kind}; "
-                      f"device time (CUDA-graph replay) {fmt(floor, '.3f')} ms/token",
+        lines += ["", f"{model}{' (tiny)' if tiny else ''}, {device}, batch {batch}, position as {pos_kind}, ops "
+                      f"{ops}; device time (CUDA-graph replay) {fmt(floor, '.3f')} ms/token",
                   f"{'system':<11} {'ms/token':>9} {'vs eager':>9} {'vs compile':>10} {'/ device':>9} "
                   f"{'1st call s':>10} {'warm-up s':>9} {'check':>6}  notes"]
         for name in SYSTEMS:
@@ -108,15 +114,15 @@ def render_tables(cells: list[dict[str, Any]]) -> str:
 
 
 def render_markdown(cells: list[dict[str, Any]]) -> str:
-    """One summary row per (model, batch, position kind), for the README: ms/token of each system (checks
-    that failed marked), device time, and Trident's ratios."""
-    head = ("| model | batch | position | eager | compile | compile ro | CUDA graph (device) | trident "
+    """One summary row per (model, batch, position kind, op set), for the README: ms/token of each system
+    (checks that failed marked), device time, and Trident's ratios."""
+    head = ("| model | batch | position | ops | eager | compile | compile ro | CUDA graph (device) | trident "
             "| trident / device | trident vs eager | trident vs compile | first call s: compile / trident |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for (model, tiny, device, batch, pos_kind), systems in sorted(group_cells(cells).items(), key=str):
+    for (model, tiny, device, batch, pos_kind, ops), systems in sorted(group_cells(cells).items(), key=str):
         if "trident" not in systems and "eager" not in systems:
             continue  # the CUDA graph's own group (position as tensor) when only int positions ran
-        floor = device_ms(cells, model, tiny, device, batch)
+        floor = device_ms(cells, model, tiny, device, batch, ops)
 
         def ms(name: str) -> float | None:
             c = systems.get(name, {})
@@ -129,7 +135,7 @@ def render_markdown(cells: list[dict[str, Any]]) -> str:
             check = systems.get(name, {}).get("check") or {}
             return fmt(ms(name), ".3f") + (" (check FAILED)" if check and not check["ok"] else "")
 
-        lines.append(f"| {model}{' (tiny)' if tiny else ''} | {batch} | {pos_kind} | {cell('eager')} | "
+        lines.append(f"| {model}{' (tiny)' if tiny else ''} | {batch} | {pos_kind} | {ops} | {cell('eager')} | "
                      f"{cell('compile')} | {cell('compile_ro')} | {fmt(floor, '.3f')} | {cell('trident')} | "
                      f"{fmt(ratio(ms('trident'), floor), '.2f', 'x')} | "
                      f"{fmt(ratio(ms('eager'), ms('trident')), '.2f', 'x')} | "
@@ -149,19 +155,20 @@ def plot(cells: list[dict[str, Any]], path: Path) -> str:
     groups = group_cells(cells)
     if not groups:
         return "note: no cells to plot"
-    rows = sorted({key[:3] for key in groups}, key=str)  # one row per model
-    cols = sorted({key[3:] for key in groups}, key=str)  # one column per (batch, position kind)
+    # group keys: (model, tiny, device, batch, position kind, op set)
+    rows = sorted({key[:3] + key[5:] for key in groups}, key=str)  # one row per (model, op set)
+    cols = sorted({key[3:5] for key in groups}, key=str)  # one column per (batch, position kind)
     fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols) + 1, 3.4 * len(rows)), squeeze=False)
     for (r, row), (c, col) in itertools.product(enumerate(rows), enumerate(cols)):
-        ax, systems = axes[r][c], groups.get(row + col, {})
+        ax, systems = axes[r][c], groups.get(row[:3] + col + row[3:], {})
         names = [s for s in SYSTEMS if systems.get(s, {}).get("ms_per_token")]
         bars = ax.bar(names, [systems[s]["ms_per_token"] for s in names], color="#4c72b0")
         ax.bar_label(bars, fmt="%.2f", fontsize=6)
-        floor = device_ms(cells, *row, col[0])
+        floor = device_ms(cells, *row[:3], col[0], row[3])
         if floor:
             ax.axhline(floor, color="#c44e52", linestyle="--", label="device time")
             ax.legend(fontsize=7)
-        ax.set_title(f"{row[0]} batch {col[0]}, position as {col[1]}", fontsize=9)
+        ax.set_title(f"{row[0]} ({row[3]}) batch {col[0]}, position as {col[1]}", fontsize=9)
         ax.set_ylabel("ms / token")
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     fig.tight_layout()

@@ -1,10 +1,13 @@
 """LLM decode benchmark: ms per token of a growing-position decode loop, every system in one process.
 
-    python -m benchmarks.llm.run [--models llama,gpt2] [--batch 1,8] [--pos-kind int,tensor]
+    python -m benchmarks.llm.run [--models llama,gpt2] [--batch 1,8] [--pos-kind int,tensor] [--ops kernels,library,aten]
                                  [--systems eager,compile,compile_ro,cuda_graph,trident] [--steps 128]
                                  [--budget-s S] [--out benchmarks/results/llm_decode.json]
     python -m benchmarks.llm.report A.json B.json --out C.json         # merge runs, print tables, plot
     python -m benchmarks.llm.run --device cpu --tiny --steps 3          # CPU smoke run (tiny fp32 models)
+    # issue 20: the kernels reached through custom ops (library) beside direct launches (kernels); estimated ~4 min on an H200
+    python -m benchmarks.llm.run --ops kernels,library --pos-kind tensor --systems eager,cuda_graph,trident,compile
+                                 --steps 64 --rounds 3 --budget-s 280
 
 Systems, on the same weights, KV caches, tokens and positions:
     eager       the model's Python step: Triton wrappers launch kernel[grid](...), ATen matmuls
@@ -17,13 +20,22 @@ Systems, on the same weights, KV caches, tokens and positions:
     trident     trident.jit(step)
 `--pos-kind int` passes the position as a Python int (CUDA graphs cannot follow it without re-capture);
 `tensor` as a 1-element int32 device tensor (fair to CUDA graphs).
+`--ops` picks the operation sets the model runs with (models.py), each a row of its own in the tables:
+    kernels     the step launches its Triton kernels itself (kernel[grid] in kernels.py's wrappers); ATen matmuls
+    library     the same kernels behind torch.library custom ops, and the matmuls through a custom-op Triton
+                GEMV/GEMM (library.py, gemm.py): how kernel libraries expose them. Each system runs it as it runs
+                any custom op (eager and torch.compile through the dispatcher; Trident traces into the bodies).
+                The CUDA-graph floor is measured per op set (the Triton matmul is not cuBLAS)
+    aten        kernels', but the residual add and GELU are `x + y` and F.gelu with ATen's kernels for them
+                overridden by the same Triton kernels (torch.library.Library("aten", "IMPL"), aten_ops.py) during
+                the op set's cells
 
 Schedule: `--warmup` untimed steps at positions 0.. (compiles happen here; the first call is also timed
 alone), then `--rounds` timed rounds of `--steps` steps continuing the positions, so each timed step is at a new
 position and the KV history is the same for every system. ms/token is the median round. Logits are compared
 with eager's at four positions (max |diff| / max |eager|); eager's with the pure-torch reference (reference.py).
 
-Cells run system by system (eager of every (model, batch, position kind) first, torch.compile last), so a run cut
+Cells run system by system (eager of every (op set, model, batch, position kind) first, torch.compile last), so a run cut
 short by `--budget-s` (no new cell starts after it) has the cheap systems everywhere. The JSON is rewritten
 after every cell, with the running cell marked, so a killed run keeps what finished.
 
@@ -57,10 +69,14 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks.llm` importable
 # (set TRIDENT_DISK_CACHE=1 to measure a warm start). Read when trident is first imported.
 os.environ.setdefault("TRIDENT_DISK_CACHE", "0")
 
+import contextlib
+
 import torch
 import torch._dynamo
 
-from benchmarks.llm.models import Caches, Decoder, build_model
+import trident  # before the aten op set registers its kernels: capture knows them from import on
+from benchmarks.llm import aten_ops
+from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +116,9 @@ class Workload:
     caches: Caches
     tokens: list[torch.Tensor]  # [batch] int64 per step, separate tensors (no per-step slicing)
     positions: list[Any]  # per step: an int, or a [1] int32 device tensor
+    op_set: str = "kernels"
+    # Shared by the op sets' copies of one workload (dataclasses.replace keeps the dict): the reference's logits.
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def make(cls, model: Decoder, batch: int, pos_kind: str, schedule: Schedule, seed: int = 1) -> Workload:
@@ -116,7 +135,7 @@ class Workload:
         return self.model.device
 
     def step(self) -> Callable[[torch.Tensor, Any, Caches], torch.Tensor]:
-        return self.model.decode_step_tensor_pos if self.pos_kind == "tensor" else self.model.decode_step
+        return self.model.step_for(self.op_set, self.pos_kind)
 
 
 def synchronize(device: torch.device) -> None:
@@ -186,13 +205,17 @@ def compare_logits(actual: Checks, expected: Checks, tolerance: float) -> dict[s
 
 
 def reference_checks(work: Workload) -> Checks:
-    """The pure-torch reference (reference.py) over the whole schedule, on caches of its own."""
+    """The pure-torch reference (reference.py) over the whole schedule, on caches of its own; computed once for
+    the op sets sharing the workload."""
+    if "reference" in work.memo:
+        return work.memo["reference"]
     caches = work.model.new_caches(work.batch)
     wanted, checks = set(work.schedule.check_positions), {}
     for i in range(work.schedule.total):
         logits = work.model.reference_step(work.tokens[i], work.positions[i], caches)
         if i in wanted:
             checks[i] = logits
+    work.memo["reference"] = checks
     return checks
 
 
@@ -287,7 +310,7 @@ def run_compile(work: Workload, mode: str | None) -> tuple[dict[str, Any], Check
 def run_cuda_graph(work: Workload) -> tuple[dict[str, Any], Checks]:
     """Capture one tensor-position step plus `pos += 1`; replay. A check pass over the whole schedule (tokens
     copied in before each replay) gives the logits; the timed rounds then replay alone from position warmup."""
-    model, s = work.model, work.schedule
+    s, step = work.schedule, work.model.step_for(work.op_set, "tensor")
     tokens = work.tokens[0].clone()
     pos = torch.zeros(1, dtype=torch.int32, device=work.device)
     start = time.perf_counter()
@@ -295,11 +318,11 @@ def run_cuda_graph(work: Workload) -> tuple[dict[str, Any], Checks]:
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # compile the Triton kernels and initialize cuBLAS outside the capture
         for _ in range(2):
-            model.decode_step_tensor_pos(tokens, pos, work.caches)
+            step(tokens, pos, work.caches)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        logits = model.decode_step_tensor_pos(tokens, pos, work.caches)
+        logits = step(tokens, pos, work.caches)
         pos.add_(1)
     torch.cuda.synchronize()
     capture_s = time.perf_counter() - start
@@ -341,7 +364,6 @@ def _pool_stats(pool: object) -> dict[str, int]:
 
 
 def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
-    import trident
     from trident.testing import count_compiles
 
     step = trident.jit(work.step())
@@ -349,12 +371,19 @@ def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
         result, checks = drive(step, work)
     state = step._trident  # type: ignore[attr-defined]
     specs = [{"compile_s": s.compile_seconds, "aten_calls": len(s.compiled.aten_calls),
-              "launches": len(s.compiled.launch_sites), **_pool_stats(s.compiled.buffer_pool)}
+              "launches": len(s.compiled.launch_sites), **_pool_stats(s.compiled.buffer_pool),
+              "traced_into": dict(s.trace.see_through.traced), "opaque": dict(s.trace.see_through.opaque)}
              for s in state.specializations]
     result.update(compiles=compiles(), specializations=specs, misses=state.misses, eager_calls=state.eager_calls,
                   eager_reason=state.eager_reason, last_miss_reason=state.last_miss_reason,
                   explain=trident.explain(step))
     result["notes"] = f"{compiles()} compile(s)" + (f", {state.eager_calls} EAGER call(s)" if state.eager_calls else "")
+    opaque = sorted({op for spec in specs for op in spec["opaque"]})
+    if work.op_set != "kernels":  # the launches are native only where capture saw through the ops
+        traced = sorted({op for spec in specs for op in spec["traced_into"]})
+        result["notes"] += f", {len(traced)} op(s) traced into"
+    if opaque:
+        result["notes"] += f", OPAQUE: {', '.join(opaque)}"
     return result, checks
 
 
@@ -367,6 +396,19 @@ RUNNERS: dict[str, Callable[[Workload], tuple[dict[str, Any], Checks]]] = {
 }
 
 
+def op_set_context(work: Workload) -> contextlib.AbstractContextManager[Any]:
+    """What the op set needs around every system's run: the aten op set's kernel overrides, and on CPU Triton's
+    interpreter for the launches they make eagerly (the reference's adds on CPU reach them too)."""
+    stack = contextlib.ExitStack()
+    if work.op_set == "aten":
+        if work.device.type == "cpu":
+            from trident.capture.triton_launches import interpret_cpu_launches
+
+            stack.enter_context(interpret_cpu_launches())
+        stack.enter_context(aten_ops.overrides(work.device))
+    return stack
+
+
 def run_system(work: Workload, system: str, expected: Checks | None,
                tolerance: float) -> tuple[dict[str, Any], Checks | None]:
     """One system on one workload, never raising: errors are recorded. Logits are checked against eager's (or,
@@ -375,7 +417,7 @@ def run_system(work: Workload, system: str, expected: Checks | None,
         return {"status": "skipped", "reason": "needs CUDA"}, None
     started = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), op_set_context(work):
             result, checks = RUNNERS[system](work)
             if system != "eager":
                 if expected is not None:
@@ -430,6 +472,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="llama,gpt2")
     p.add_argument("--batch", default="1,8")
     p.add_argument("--pos-kind", default="int,tensor", help="int, tensor, or int,tensor")
+    p.add_argument("--ops", default="kernels", help="operation sets, of kernels, library, aten (e.g. kernels,library)")
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--steps", type=int, default=128, help="steps per timed round")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds (ms/token is the median round)")
@@ -441,7 +484,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "llm_decode.json")
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
-    for name, allowed in (("models", ("llama", "gpt2")), ("pos_kind", ("int", "tensor")), ("systems", SYSTEMS)):
+    for name, allowed in (("models", ("llama", "gpt2")), ("pos_kind", ("int", "tensor")), ("systems", SYSTEMS),
+                          ("ops", OP_SETS)):
         values = [v for v in getattr(args, name).split(",") if v]
         bad = [v for v in values if v not in allowed]
         if bad:
@@ -453,13 +497,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plan_cells(args: argparse.Namespace) -> list[tuple[str, str, int, str]]:
-    """(system, model, batch, position kind) in run order: each system on every workload before the next
-    system, cheapest first; the CUDA graph once per (model, batch), on the tensor position."""
+def plan_cells(args: argparse.Namespace) -> list[tuple[str, str, str, int, str]]:
+    """(system, op set, model, batch, position kind) in run order: each system on every workload before the
+    next system, cheapest first; the CUDA graph once per (op set, model, batch), on the tensor position."""
     cells = []
     for system in sorted(args.systems, key=RUN_ORDER.index):
         kinds = ["tensor"] if system == "cuda_graph" else args.pos_kind
-        cells += [(system, model, batch, kind) for model in args.models for batch in args.batch for kind in kinds]
+        cells += [(system, ops, model, batch, kind) for ops in args.ops for model in args.models
+                  for batch in args.batch for kind in kinds]
     return cells
 
 
@@ -485,11 +530,11 @@ def main(argv: list[str] | None = None) -> int:
             models[name] = build_model(name, device, dtype, tiny=args.tiny, max_seq=schedule.max_seq)
         except Exception as e:  # noqa: BLE001
             models[name] = f"model not built: {type(e).__name__}: {e}"
-    workloads: dict[tuple[str, int, str], Workload] = {}
-    expected: dict[tuple[str, int, str], Checks] = {}  # eager's logits per workload
-    for system, name, batch, kind in plan_cells(args):
+    workloads: dict[tuple[str, int, str], Workload] = {}  # one per (model, batch, position kind), all op sets
+    expected: dict[tuple[str, str, int, str], Checks] = {}  # eager's logits per (op set, workload)
+    for system, ops, name, batch, kind in plan_cells(args):
         record = {"model": name, "tiny": args.tiny, "device": device.type, "dtype": str(dtype), "batch": batch,
-                  "pos_kind": kind, "system": system, "run": 0, **dataclasses.asdict(schedule)}
+                  "pos_kind": kind, "ops": ops, "system": system, "run": 0, **dataclasses.asdict(schedule)}
         model = models[name]
         if isinstance(model, str):
             results.put(dict(record, status="error", error=model))
@@ -498,13 +543,14 @@ def main(argv: list[str] | None = None) -> int:
             results.put(dict(record, status="skipped", reason=f"--budget-s {args.budget_s:.0f} spent"))
             continue
         results.put(dict(record, status="running"))
-        print(f"{name} batch {batch} pos {kind}: {system} ...", flush=True)
+        print(f"{name} ({ops}) batch {batch} pos {kind}: {system} ...", flush=True)
         key = (name, batch, kind)
         if key not in workloads:
             workloads[key] = Workload.make(model, batch, kind, schedule)
-        result, checks = run_system(workloads[key], system, expected.get(key), tolerance)
+        work = dataclasses.replace(workloads[key], op_set=ops)  # same caches, inputs and reference logits
+        result, checks = run_system(work, system, expected.get((ops, *key)), tolerance)
         if system == "eager" and checks is not None:
-            expected[key] = checks
+            expected[(ops, *key)] = checks
         results.put(dict(record, **result))
         check = result.get("check") or result.get("reference_check")
         print(f"  {result['status']}: {fmt(result.get('ms_per_token'), '.3f')} ms/token, first call "

@@ -17,6 +17,7 @@ as well (`explain` shows the entry as "any <type>").
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -124,19 +125,23 @@ class FallbackEvent:
     reason: str
 
 
-_events: list[FallbackEvent] = []  # every eager fallback of this process, in order (tests read slices of it)
-_unexpected: list[FallbackEvent] = []  # strict violations, kept even where a caller swallowed the exception
-_expecting = 0  # depth of expect_fallback()/allow_fallback() blocks; a global, so threads a test starts see it
+RECENT_EVENTS = 1024  # fallback_events() keeps this many: a server that runs eagerly for hours must not grow
+_recent: collections.deque[FallbackEvent] = collections.deque(maxlen=RECENT_EVENTS)
+_collectors: list[list[FallbackEvent]] = []  # the open allowing() blocks' lists; each gets every event
+_unexpected: list[FallbackEvent] = []  # strict violations (only in strict mode), kept where a caller swallowed one
 _lock = threading.Lock()
 
 
 def report_fallback(function: str, reason: str) -> None:
     """Called by the driver each time a call runs eagerly (not for TRIDENT_DISABLE, not for eager's own
-    TypeError on a wrong call). In strict mode outside an expected block, raises UnexpectedFallback."""
+    TypeError on a wrong call). In strict mode outside an allowing() block, raises UnexpectedFallback."""
     event = FallbackEvent(function, reason)
     with _lock:
-        _events.append(event)
-        unexpected = knobs.strict and _expecting == 0
+        _recent.append(event)
+        for seen in _collectors:
+            seen.append(event)
+        # A global count of open blocks, not a thread-local one: threads a test starts are covered by its block.
+        unexpected = knobs.strict and not _collectors
         if unexpected:
             _unexpected.append(event)
     if unexpected:
@@ -148,24 +153,22 @@ def report_fallback(function: str, reason: str) -> None:
 
 @contextlib.contextmanager
 def allowing() -> Iterator[list[FallbackEvent]]:
-    """Fallbacks inside are not strict-mode violations; yields the list of those that happened, filled when the
-    block ends (with those of any thread in that time)."""
-    global _expecting
-    with _lock:
-        _expecting += 1
-        start = len(_events)
+    """Fallbacks inside are not strict-mode violations; yields the list of those that happen (of any thread)
+    while the block is open."""
     seen: list[FallbackEvent] = []
+    with _lock:
+        _collectors.append(seen)
     try:
         yield seen
     finally:
-        with _lock:
-            _expecting -= 1
-            seen.extend(_events[start:])
+        with _lock:  # by identity: list.remove compares by value, and two open blocks' lists may be equal
+            del _collectors[next(i for i, c in enumerate(_collectors) if c is seen)]
 
 
 def events() -> list[FallbackEvent]:
+    """The most recent RECENT_EVENTS eager fallbacks of this process, oldest first."""
     with _lock:
-        return list(_events)
+        return list(_recent)
 
 
 def violations() -> list[FallbackEvent]:

@@ -70,7 +70,7 @@ def unexpected_fallbacks() -> list[FallbackEvent]:
 
 
 def fallback_events() -> list[FallbackEvent]:
-    """Every eager fallback of this process so far (function, reason), in order."""
+    """The most recent eager fallbacks of this process (function, reason), oldest first (the last 1024)."""
     return fallback.events()
 
 

@@ -1,4 +1,4 @@
-"""Warm start must not reuse a specialization whose Triton kernels would now compile differently (docs/how-it-works.md,
+"""Warm start must not reuse a specialization whose Triton kernels would now compile differently (docs/design.md,
 "Warm start"): a new process recompiles when Triton's cache-invalidating environment variables, the kernel's
 @triton.jit settings, a @triton.jit helper it calls, or a constexpr global it reads changed since the cold process.
 

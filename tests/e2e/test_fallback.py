@@ -512,33 +512,75 @@ def test_a_users_triton_interpret_is_left_to_triton(tmp_path: Path) -> None:
     assert result["eager_calls"] == [2, 2] and result["hits"] == 1, result
 
 
-def test_a_function_registering_operator_kernels_runs_eagerly() -> None:
-    """A function that registers ATen kernels while it runs (flag-gems' `use_gems()` inside a decode step)
-    changes what its own operators compute eagerly; compiled code would call them without the registration.
-    Trident runs such calls eagerly, once warned and remembered, and the result is eager's."""
+def _doubled_sin(x: torch.Tensor) -> torch.Tensor:
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.aten.cos.default(x) * 2  # a kernel that differs from aten::sin's own
 
-    def doubled_sin(x: torch.Tensor) -> torch.Tensor:
-        with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.aten.cos.default(x) * 2  # a kernel that differs from aten::sin's own
+
+def test_a_function_registering_kernels_for_its_own_length_is_traced_into() -> None:
+    """flag-gems' `use_gems()` inside a decode step: the function registers ATen kernels while it runs and removes
+    them before it returns. Its operators ran those kernels eagerly; the capture traced into them, so the
+    compiled program computes the same without registering anything, and later calls hit natively."""
 
     def program(x: torch.Tensor) -> torch.Tensor:
         lib = torch.library.Library("aten", "IMPL")
         try:
-            lib.impl("sin", doubled_sin, "CPU")
+            lib.impl("sin", _doubled_sin, "CPU")
             return torch.sin(x) + 1
         finally:
             lib._destroy()
 
     f = trident.jit(program)
     x = torch.randn(6)
-    with torch.no_grad(), count_compiles() as compiles, warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter("always")
-        with expect_fallback("registers operator kernels while it runs") as events:
-            for _ in range(3):
+    with torch.no_grad(), count_compiles() as compiles:
+        for _ in range(3):
+            assert torch.equal(f(x), torch.cos(x) * 2 + 1)
+        assert torch.equal(torch.sin(x), x.sin()) and not torch.equal(torch.sin(x), torch.cos(x) * 2)
+    assert compiles() == 1 and f._trident.eager_calls == 0 and sum(f._trident.entry.hits()) == 3  # type: ignore[attr-defined]
+    calls = [c for spec in f._trident.specializations for c in spec.compiled.aten_calls]  # type: ignore[attr-defined]
+    assert "aten::cos" in calls and "aten::sin" not in calls, calls
+    assert "traced into aten::sin (Python kernel, CPU kernel): 1 call(s)" in trident.explain(f)
+    # The guard holds what a call starts from (no Python kernel for aten::sin), not what the capture saw midway:
+    # with another kernel registered outside, the call misses and compiles again, and its own registration
+    # still wins inside it, as eagerly.
+    outer = torch.library.Library("aten", "IMPL")
+    try:
+        outer.impl("sin", lambda x: torch.ops.aten.cos.default(x), "CPU")
+        with torch.no_grad(), count_compiles() as compiles:
+            for _ in range(2):
                 assert torch.equal(f(x), torch.cos(x) * 2 + 1)
-        assert len(events) == 3
-        assert torch.equal(torch.sin(x), x.sin())  # the registration did not outlive the call
-    assert compiles() == 0 and f._trident.eager_calls == 3  # type: ignore[attr-defined]
+            assert torch.equal(torch.sin(x), torch.cos(x))  # the outer kernel is back after each call
+        assert compiles() == 1 and f._trident.entry.hits() == [3, 2]  # type: ignore[attr-defined]
+        assert "Python kernel of aten::sin for CPU" in f._trident.last_miss_reason  # type: ignore[attr-defined]
+    finally:
+        outer._destroy()
+
+
+def test_a_function_leaving_operator_kernels_registered_runs_eagerly() -> None:
+    """A function that registers ATen kernels and leaves them registered changes what later operators compute,
+    inside and outside it, from the first call on; compiled code would not register them. Such calls run
+    eagerly, once warned and remembered, and the result is eager's."""
+    libraries = []
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        if not libraries:
+            libraries.append(torch.library.Library("aten", "IMPL"))
+            libraries[0].impl("sin", _doubled_sin, "CPU")
+        return torch.sin(x) + 1
+
+    f = trident.jit(program)
+    x = torch.randn(6)
+    try:
+        with torch.no_grad(), count_compiles() as compiles, warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            with expect_fallback("stays registered after it returns") as events:
+                for _ in range(3):
+                    assert torch.equal(f(x), torch.cos(x) * 2 + 1)
+            assert len(events) == 3  # one capture; the later calls run eagerly as remembered
+    finally:
+        for lib in libraries:
+            lib._destroy()
+    assert compiles() == 0
     [message] = trident_warnings(records)
     assert "registers operator kernels while it runs (torch.library: aten::sin for CPU)" in message
     assert "DispatcherRegistration" in message

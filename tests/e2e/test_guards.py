@@ -127,3 +127,25 @@ def test_requires_grad_runs_eagerly_with_autograd() -> None:
     torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
     assert f._trident.eager_calls == 1 and not f._trident.specializations
     assert "requires grad" in trident.explain(f)
+
+
+def test_guard_that_divides_by_zero_misses() -> None:
+    """A symbolic int divisor that is 0 for a call: the native guard misses, and its Python twin (miss reason,
+    int64 check) must say so instead of raising ZeroDivisionError out of the miss path (found by
+    tests/unit/test_guard_differential.py) -- here the program itself catches the division and eager returns."""
+
+    def divide(x, n: int):  # type: ignore[no-untyped-def]
+        try:
+            k = x.shape[0] // n
+        except ZeroDivisionError:
+            k = 1
+        return x[:k] * 2
+
+    f = trident.jit(divide)
+    with torch.no_grad(), count_compiles() as compiles:
+        for n in (2, 3, 0):  # the second makes n symbolic; the third divides by zero in that specialization's guards
+            x = torch.arange(6.0 + n)
+            torch.testing.assert_close(f(x, n), divide(x, n), rtol=0, atol=0)
+        assert compiles() == 3
+    assert "divides by zero (s" in f._trident.last_miss_reason, trident.explain(f)  # type: ignore[attr-defined]
+    assert f._trident.eager_calls == 0 and sum(f._trident.entry.hits()) == 3  # type: ignore[attr-defined]

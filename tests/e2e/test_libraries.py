@@ -27,7 +27,7 @@ import triton.language as tl
 from helpers_native import assert_launches_native, assert_native, jit_state, native_hits
 
 import trident
-from trident.testing import count_compiles, expect_fallback, triton_launch_sites
+from trident.testing import allow_fallback, count_compiles, triton_launch_sites
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 POSITIONS = range(5)  # decode steps; the cache holds MAX_LEN positions
@@ -267,19 +267,8 @@ def test_conch_paged_attention(device: str) -> None:
 # flag-gems (CUDA only: it registers its Triton kernels as ATen's CUDA implementations)
 
 
-class NonFiniteLogits(AssertionError):
-    """The jitted step gave NaN/inf logits where eager's are finite: the known flag-gems failure, by its own type
-    so that its xfail is not satisfied by any other assertion."""
-
-
 @pytest.mark.gpu
 @pytest.mark.flag_gems
-@pytest.mark.xfail(
-    strict=True, raises=NonFiniteLogits,
-    reason="H200, flag-gems 5.0.2, torch 2.11: the refused capture runs the step eagerly (0 compiles, one warning) "
-    "and position 0 equals eager, but position 1 gave NaN logits where two separate eager runs agreed to 1.6e-7; "
-    "gems' bf16 eager logits are non-finite too (benchmarks/libraries.py). Cause not found yet",
-)
 def test_flag_gems_llama_decode_step() -> None:
     flag_gems = need("flag_gems")
     transformers = need("transformers")
@@ -296,28 +285,37 @@ def test_flag_gems_llama_decode_step() -> None:
     def inputs(pos: int, device: str) -> tuple[torch.Tensor, ...]:
         return torch.tensor([[pos % 128]], device=device), torch.full((1, 1), pos, device=device)
 
-    # use_gems() registers gems' kernels as ATen's CUDA implementations for the length of the step. Compiled code
-    # would call ATen's operators without running the step's Python again, so without them (the logits differed
-    # from eager's by up to 1.06 on the H200): such a step runs eagerly, warned once and remembered, and equals
-    # eager. Seeing through the registered kernels natively is the custom-op issue's work.
+    # use_gems() registers gems' kernels as ATen's CUDA implementations for the length of the step. The capture
+    # traces into them (python_kernels.CaptureRegistrations); the step compiles only if no op they affect stays
+    # opaque (gems' bodies that read addresses do), else it runs eagerly, warned once and remembered, with the
+    # opaque op named. Which of the two flag-gems 5.0.2 gets was not seen yet: on the H200 its own eager logits
+    # went non-finite first (the skip below). Either way the result must equal eager's.
     # gems' fp32 kernels are not bitwise reproducible from one model instance to the next (the eager fallback
     # differed from a separate eager run by ~5e-4 on the H200), so the jitted step is held to a few times what a
     # second eager run differs by; the compiled path without gems' kernels differed by up to 1.06.
     eager_step, eager_again, jitted = build("cuda"), build("cuda"), trident.jit(build("cuda"))
-    with torch.no_grad(), count_compiles() as compiles, warnings.catch_warnings(record=True) as records, \
-            expect_fallback("registers operator kernels while it runs", function=jitted._trident.name):
-        warnings.simplefilter("always")
+    with torch.no_grad(), count_compiles() as compiles, warnings.catch_warnings(), allow_fallback() as fallbacks:
+        warnings.simplefilter("ignore")
         for pos in POSITIONS:
             expected, again = eager_step(*inputs(pos, "cuda")), eager_again(*inputs(pos, "cuda"))
             actual = jitted(*inputs(pos, "cuda"))
+            if not (torch.isfinite(expected).all() and torch.isfinite(again).all()):
+                # H200, flag-gems 5.0.2, torch 2.11: gems' own eager logits came out NaN at some positions in
+                # some runs and not in others (2026-12-03 and -04; cause inside the library not found): then
+                # there is nothing to compare the fallback with.
+                pytest.skip(f"flag-gems' own eager logits are non-finite at position {pos} (eager runs: "
+                            f"{torch.isfinite(expected).all().item()}, {torch.isfinite(again).all().item()} finite)")
             spread = (again - expected).abs().max().item()
-            if torch.isfinite(expected).all() and not torch.isfinite(actual).all():
-                raise NonFiniteLogits(f"position {pos}: non-finite jitted logits, eager's finite")
             torch.testing.assert_close(actual, expected, rtol=1e-3, atol=max(4 * spread, 1e-3),
                                        msg=lambda m: f"position {pos} (eager vs eager: {spread:.2e}): {m}")
-    assert compiles() == 0 and jitted._trident.eager_calls == len(POSITIONS)  # type: ignore[attr-defined]
-    reasons = [str(r.message) for r in records if "registers operator kernels while it runs" in str(r.message)]
-    assert len(reasons) == 1, [str(r.message) for r in records]
+    state = jitted._trident  # type: ignore[attr-defined]
+    if state.eager_calls == 0:  # compiled: gems' kernels traced into, the calls after the first native
+        assert_native(jitted, hits=len(POSITIONS), compiles=compiles())
+        assert "traced into aten::" in trident.explain(jitted)
+    else:  # one refused capture, remembered: every call eager, for the reason the warning gives
+        assert compiles() == 0 and state.eager_calls == len(POSITIONS)
+        assert {e.reason.split(";")[0] for e in fallbacks} == {fallbacks[0].reason.split(";")[0]}
+        assert "registers operator kernels while it runs" in fallbacks[0].reason and "stays opaque" in fallbacks[0].reason
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -477,3 +477,43 @@ def test_a_custom_op_defined_before_trident_is_imported_is_traced_into() -> None
     assert result["ok"] and result["hits"] == 2, result["explain"]
     assert result["calls"] == ["aten::mul.Scalar", "aten::add.Scalar"], result["explain"]
     assert "traced into trident_see_through_early::twice (custom op, CPU kernel)" in result["explain"]
+
+
+EARLY_OVERRIDE_PROGRAM = """
+import json, torch
+calls = []
+def mul(x, y):
+    calls.append(1)
+    return torch.ops.aten.mul.out(x, y, out=torch.empty_like(x))
+lib = torch.library.Library("aten", "IMPL")
+lib.impl("mul.Tensor", mul, "CPU")
+import trident  # after the override: trident never saw it registered
+f = trident.jit(lambda x, y: x * y + 1)
+x, y = torch.randn(5), torch.randn(5)
+with torch.no_grad():
+    ok = all(torch.equal(f(x, y), torch.ops.aten.mul.out(x, y, out=torch.empty_like(x)) + 1) for _ in range(3))
+state = f._trident
+print(json.dumps({"ok": ok, "hits": sum(state.entry.hits()), "explain": trident.explain(f), "calls": len(calls)}))
+"""
+
+
+def test_an_aten_override_registered_before_trident_is_imported_stays_opaque_and_says_why() -> None:
+    """The dispatcher cannot hand a Python kernel back, and Library.impl was wrapped only at `import trident`:
+    the op is called through the dispatcher (its Python kernel runs on every call, as in eager) and explain says
+    why and what to do."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRIDENT_DISK_CACHE": "0"}
+    done = subprocess.run([sys.executable, "-c", EARLY_OVERRIDE_PROGRAM], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["hits"] == 3, result["explain"]  # the compiling call runs natively too
+    # Capture calls the op once on fake tensors (no kernel runs); each of the three calls runs the override once.
+    assert result["calls"] == 3, result
+    assert ("opaque aten::mul.Tensor: its Python kernel for CPU was registered at <string>:7 before trident was "
+            "imported, and the dispatcher gives no way to read it back; import trident before the library "
+            "registers it; called through the dispatcher") in result["explain"], result["explain"]

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
+from trident.capture.trace import Dynamism
 from trident.ir.fx_import import import_graph, new_context
 from trident.ir.mlir_text import ModuleBuilder
 from trident.lowering import runtime_abi as abi
 from trident.lowering.leaf_access import ConstantPool
+from trident.lowering import lower_host_program
 from trident.lowering.lower_host_program import HostProgramLowering, OpTable
 from trident.lowering.pipeline import _find_main, placeholder_sources
 
@@ -13,8 +16,8 @@ from .filecheck import filecheck
 from .helpers import capture, constant
 
 
-def lowered_program(fn, *args):  # type: ignore[no-untyped-def]
-    facts, trace, _ = capture(fn, *args)
+def lowered_program(fn, *args, dynamism: Dynamism = Dynamism()):  # type: ignore[no-untyped-def]
+    facts, trace, _ = capture(fn, *args, dynamism=dynamism)
     torch_module, _ = import_graph(trace.graph_module.graph, new_context())  # keep alive while lowering
     main = _find_main(torch_module)
     module, ops = ModuleBuilder(), OpTable()
@@ -131,3 +134,31 @@ def test_int_list_argument_is_a_stack_array() -> None:
         + store("ARGS", 2, "LIST_TAG") + store("ARGS", 3, "LIST")
         + "CHECK-NEXT: func.call @trident_aten_view(%[[ARGS]],\n",
     )
+
+
+def test_an_operator_torch_mlir_does_not_model_lowers_by_its_rule() -> None:
+    """Python's % on symbolic ints imports as torch.operator "torch.aten.fmod.int" (ATen has no such op): the
+    rule registered for that kind computes it natively, with Python's sign rule (floordiv, then subtract)."""
+    dynamic_n = Dynamism(ints=frozenset({(1, ())}))
+    text, ops = lowered_program(lambda x, n: x * (n % 3), torch.randn(4), 7, dynamism=dynamic_n)
+    assert ops == []  # nothing through the boxed dispatcher
+    filecheck(
+        text,
+        constant("THREE", 3)
+        + "CHECK: %[[N:.*]] = llvm.load %[[INT:int[0-9]+]] : !llvm.ptr -> i64\n"
+        "CHECK: %[[Q:.*]] = arith.floordivsi %[[N]], %[[THREE]] : i64\n"
+        "CHECK-NEXT: %[[QD:.*]] = arith.muli %[[Q]], %[[THREE]] : i64\n"
+        "CHECK-NEXT: %[[MOD:.*]] = arith.subi %[[N]], %[[QD]] : i64\n"
+        "CHECK: func.call @trident_aten_mul_Scalar\n",
+    )
+
+
+def test_each_op_kind_has_one_rule() -> None:
+    rules = lower_host_program._RULES
+    for table in (lower_host_program._INT_CHECKED, lower_host_program._INT_COMPARE, lower_host_program._FLOAT_BINARY):
+        assert all(kind in rules for kind in table)
+    assert rules["torch.aten.fmod.int"] is HostProgramLowering._int_checked
+    assert lower_host_program._PREFIX_RULES["torch.constant."] is HostProgramLowering._constant
+    with pytest.raises(RuntimeError, match="two lowering rules for torch.aten.numel: _numel and"):
+        lower_host_program.lowers("torch.aten.numel")(lambda self, op: None)
+    assert rules["torch.aten.numel"] is HostProgramLowering._numel  # the refused rule left no trace

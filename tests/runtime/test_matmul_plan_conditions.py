@@ -1,4 +1,4 @@
-"""When a pooled CUDA matmul site's cuBLASLt plan may run (csrc/matmul_plan.cpp, docs/how-it-works.md): only for
+"""When a pooled CUDA matmul site's cuBLASLt plan may run (csrc/matmul_plan.cpp, docs/design.md): only for
 operands with the strides and alignment it was made for and under the cuBLAS settings it was made under (preferred
 BLAS library, deterministic algorithms); otherwise ATen's kernel computes the call, bit for bit eager's. A plan
 that cannot be made leaves the call running on ATen's kernel, with the reason in explain.

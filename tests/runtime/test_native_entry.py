@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 import torch
 
+from trident.abi import (
+    EXC_INDEX, EXC_NOT_IMPLEMENTED, EXC_OVERFLOW, EXC_RUNTIME, EXC_TYPE, EXC_VALUE, EXC_ZERO_DIVISION, TAG_BOOL,
+    TAG_DEVICE, TAG_DOUBLE, TAG_INT, TAG_INT_LIST, TAG_NONE, TAG_OPT_TENSOR_LIST, TAG_STRING, TAG_TENSOR,
+    TAG_TENSOR_LIST,
+)  # fmt: skip
 from trident.knobs import knobs, override
 from trident.runtime import RuntimeBuildError, build, load_runtime, runtime_library_path
 
-# --- ABI mirror (trident_runtime.h) ----------------------------------------------------------------------
-
-TAG_NONE, TAG_TENSOR, TAG_INT, TAG_DOUBLE, TAG_BOOL = 0, 1, 2, 3, 4
-TAG_INT_LIST, TAG_TENSOR_LIST, TAG_OPT_TENSOR_LIST, TAG_STRING, TAG_DEVICE = 5, 6, 7, 8, 9
-EXC_RUNTIME, EXC_INDEX, EXC_VALUE, EXC_TYPE, EXC_NOT_IMPLEMENTED = 0, 1, 2, 3, 4
-EXC_ZERO_DIVISION, EXC_OVERFLOW = 6, 7
+# --- The ABI's structs as ctypes sees them (its codes: trident.abi, read from trident_runtime.h) ---------
 
 
 class TensorMeta(ctypes.Structure):
@@ -764,24 +764,23 @@ def test_build_failure_shows_the_command_and_compiler_output(scratch_sources: Pa
 
 
 def test_compiler_abi_matches_the_header_and_the_library(lib: ctypes.PyDLL) -> None:
-    import re
-
+    from trident import abi as header
     from trident.lowering import runtime_abi as abi
 
-    header = (Path(build.CSRC_DIR) / "trident_runtime.h").read_text()
-    defines = {m[1]: int(m[2]) for m in re.finditer(r"#define TRIDENT_(\w+) (\d+)", header)}
-    for name, value in defines.items():
-        if hasattr(abi, name):  # TAG_*, FLAG_*
-            assert getattr(abi, name) == value, name
-    assert {n for n in defines if n.startswith("TAG_")} <= set(dir(abi))
-    # Field i of TridentTensorMeta at byte 8*i, as generated code loads it; ops/constants at 0/8 of the context.
+    # The header's struct fields, as abi.struct_fields reads them, are the ones this test's ctypes mirrors declare:
+    # field i at byte 8*i, as generated code loads it; ops/constants at 0/8 of the context.
+    assert header.struct_fields("TridentTensorMeta") == tuple(name for name, _ in TensorMeta._fields_)
+    assert header.struct_fields("TridentSpecContext") == tuple(name for name, _ in SpecContext._fields_)
     for index, (field, _) in enumerate(TensorMeta._fields_):
         assert getattr(TensorMeta, field).offset == 8 * index
         assert getattr(abi, f"META_{field.upper()}") == index
     assert abi.META_FIELDS == len(TensorMeta._fields_) and ctypes.sizeof(TensorMeta) == 8 * abi.META_FIELDS
     assert (SpecContext.ops.offset, SpecContext.constants.offset) == (8 * abi.CTX_OPS, 8 * abi.CTX_CONSTANTS)
+    assert abi.TAG_TENSOR == header.TAG_TENSOR  # runtime_abi passes the header's codes through
+    text = header.HEADER.read_text()
     externs = [v for v in vars(abi).values() if type(v).__name__ == "Extern"]
     assert externs
     for extern in externs:
-        assert f" {extern.name}(" in header, extern.name
+        assert f" {extern.name}(" in text, extern.name
         assert hasattr(lib, extern.name), extern.name  # exported by the shared object
+

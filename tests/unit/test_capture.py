@@ -88,6 +88,23 @@ def test_first_failure_messages() -> None:
     )
 
 
+def test_tensor_guard_text_names_every_field_it_checks() -> None:
+    """explain's line and the miss reason come from one table: a conj or neg bit, which the guard checks, shows
+    in explain (two specializations differing only by it no longer read alike), and a type reads as its name."""
+    from trident.capture.guards import build_guards
+
+    x = torch._neg_view(torch.randn(4, 8))
+    facts, t = trace(lambda x: x * 2, x)
+    guards = build_guards(facts, t)
+    assert guards.tensors[0].describe() == "x: Tensor float32 cpu rank 2 neg bit"
+    assert first_failure(guards, [torch.randn(4, 8)], t.constants) == (
+        "argument 'x': neg bit mismatch: expected True, got False"
+    )
+    assert first_failure(guards, [torch.nn.Parameter(x.detach(), requires_grad=False)], t.constants) == (
+        "argument 'x': type mismatch: expected Tensor, got Parameter"
+    )
+
+
 def test_list_valued_sym_size_is_split_per_dim() -> None:
     # torch 2.11's make_fx records x.size() inside some decompositions (repeat_interleave) as one list-valued
     # aten.sym_size.default node, which the importer cannot type. Build such a graph by hand (2.13 no longer

@@ -211,3 +211,20 @@ def test_trident_strict_is_read_from_the_environment(value: str | None, strict_o
         assert result["outcome"].startswith(f"raised: trident strict mode: 'double' ran eagerly: {GRAD}"), result
     else:
         assert result["outcome"] == "ran eagerly", result
+
+
+def test_fallback_events_stay_bounded_and_nested_blocks_each_see_them() -> None:
+    """A process that runs eagerly for hours keeps only the most recent events; open blocks each collect theirs
+    (an inner block that ends, equal in content to the outer one's list, must not end the outer one)."""
+    f = trident.jit(double)
+    x = torch.randn(3, requires_grad=True)
+    with warnings.catch_warnings(), allow_fallback() as outer:
+        warnings.simplefilter("ignore")
+        with allow_fallback() as inner:
+            pass
+        for _ in range(fallback.RECENT_EVENTS + 5):
+            f(x)
+        with allow_fallback() as last:
+            f(x)
+    assert inner == [] and len(last) == 1 and len(outer) == fallback.RECENT_EVENTS + 6
+    assert len(fallback_events()) == fallback.RECENT_EVENTS and fallback_events()[-1] is last[0]

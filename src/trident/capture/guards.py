@@ -1,8 +1,9 @@
 """The guards of one specialization: what a call must satisfy for its compiled code to be correct.
 
 Built from the call's facts and the trace's fake inputs and ShapeEnv. Each guard has a native lowering
-(lowering/lower_guards.py) and a Python explanation (`failure`), used by `trident.explain` and miss logs;
-both check exactly the same thing.
+(lowering/lower_guards.py), which decides calls, and a Python twin (`first_failure`), which explains a miss and
+lets warm start reject a record before loading it; both check exactly the same thing, and
+tests/unit/test_guard_differential.py holds them to it on fuzzed calls.
 
 Symbolic sizes: every symbol is bound from the first input property that is exactly that symbol; every
 other property must equal its expression; then the ShapeEnv's guards and value ranges must hold.
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 import torch
 
+from .. import abi
 from .constant_views import byte_distance
 from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
 from .trace import Trace
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +30,22 @@ class SequenceGuard:
     fact: SequenceFact
 
     def describe(self) -> str:
-        kind = "tuple" if self.fact.kind == 1 else "list"
+        kind = "tuple" if self.fact.kind == abi.SEQ_TUPLE else "list"
         return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
+
+
+# What a TensorGuard checks of a tensor leaf besides its layout, as explain shows it: the Python check and the
+# explain text both read this table (the native guard compares the same facts in the runtime's encoding,
+# lower_guards.py: a type tag, a dtype code, device type and index, dim and a flags word).
+_TENSOR_FIELDS: tuple[tuple[str, Callable[[TensorFact], object]], ...] = (
+    ("type", lambda f: "Parameter" if f.type_tag == abi.TYPE_PARAMETER else "Tensor"),
+    ("dtype", lambda f: f.dtype),
+    ("device", lambda f: f.device),
+    ("rank", lambda f: len(f.sizes)),
+    ("requires_grad", lambda f: f.requires_grad),
+    ("conj bit", lambda f: f.is_conj),
+    ("neg bit", lambda f: f.is_neg),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +62,16 @@ class TensorGuard:
     fact: TensorFact
 
     def describe(self) -> str:
-        f = self.fact
-        kind = "Parameter" if f.type_tag == 2 else "Tensor"
-        extra = " requires_grad" if f.requires_grad else ""
-        return (
-            f"{self.path.name}: {kind} {str(f.dtype).removeprefix('torch.')} {f.device} rank {len(f.sizes)}"
-            f"{extra}"
-        )
+        kind, dtype, device, rank, *bits = (get(self.fact) for _, get in _TENSOR_FIELDS)
+        flags = "".join(f" {name}" for (name, _), on in zip(_TENSOR_FIELDS[4:], bits) if on)
+        return f"{self.path.name}: {kind} {str(dtype).removeprefix('torch.')} {device} rank {rank}{flags}"
+
+    def mismatch(self, fact: TensorFact) -> str | None:
+        """The first field of _TENSOR_FIELDS in which `fact` (a call's tensor) differs, or None."""
+        for name, get in _TENSOR_FIELDS:
+            if get(fact) != get(self.fact):
+                return f"{name} mismatch: expected {get(self.fact)}, got {get(fact)}"
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,46 +258,48 @@ class GuardSet:
 # Global state
 
 
-_DTYPE_CODES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-    torch.float32: 6, torch.float64: 7, torch.complex32: 8, torch.complex64: 9, torch.complex128: 10,
-    torch.bool: 11, torch.bfloat16: 15,
-}  # fmt: skip
+# The header's TRIDENT_DTYPE_<NAME> is torch.<name> (the runtime checks the codes against c10::ScalarType).
+_DTYPE_CODES = {getattr(torch, name.lower()): code for name, code in abi.family("DTYPE_").items()}
 _DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 
 def dtype_code(dtype: torch.dtype) -> int:
     """c10::ScalarType value of a dtype, as the runtime reports it."""
-    if dtype in _DTYPE_CODES:
-        return _DTYPE_CODES[dtype]
-    # Other dtypes: torch exposes the enum through this private map; fall back to it.
-    from torch._C import _get_scalar_type_code  # type: ignore[attr-defined]  # pragma: no cover
-
-    return int(_get_scalar_type_code(dtype))  # pragma: no cover
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:  # a guard or a global state Trident cannot state: not a silent wrong code
+        raise NotImplementedError(f"trident: {dtype} has no code in trident_runtime.h (TRIDENT_DTYPE_*)")
+    return code
 
 
 # ATen's TorchFunctionDisabledState, set by torch._C.DisableTorchFunctionSubclass / DisableTorchFunction.
-_TORCH_FUNCTION_STATES = ("torch functions on", "subclass torch functions off", "torch functions off")
+_TORCH_FUNCTION_STATES = {
+    abi.TORCH_FUNCTION_ENABLED: "torch functions on",
+    abi.TORCH_FUNCTION_SUBCLASSES_DISABLED: "subclass torch functions off",
+    abi.TORCH_FUNCTION_ALL_DISABLED: "torch functions off",
+}
 
 
 def torch_function_disabled_state() -> int:
     if torch._C._is_torch_function_all_disabled():
-        return 2
-    return 0 if torch._C._is_torch_function_enabled() else 1
+        return abi.TORCH_FUNCTION_ALL_DISABLED
+    if torch._C._is_torch_function_enabled():
+        return abi.TORCH_FUNCTION_ENABLED
+    return abi.TORCH_FUNCTION_SUBCLASSES_DISABLED
 
 
 def current_global_state() -> int:
+    """What the runtime's trident_global_state returns now (its TRIDENT_STATE_* fields)."""
     autocast = any(
         torch.is_autocast_enabled(device) for device in ("cpu", "cuda")
     )
     return (
-        int(torch.is_grad_enabled())
-        | int(autocast) << 1
-        | int(torch.is_inference_mode_enabled()) << 2
-        | torch_function_disabled_state() << 3
-        | dtype_code(torch.get_default_dtype()) << 8
-        | autocast_code("cpu") << 16
-        | autocast_code("cuda") << 24
+        (abi.STATE_GRAD_ENABLED if torch.is_grad_enabled() else 0)
+        | (abi.STATE_AUTOCAST_ENABLED if autocast else 0)
+        | (abi.STATE_INFERENCE_MODE if torch.is_inference_mode_enabled() else 0)
+        | torch_function_disabled_state() << abi.STATE_TORCH_FUNCTION_SHIFT
+        | dtype_code(torch.get_default_dtype()) << abi.STATE_DEFAULT_DTYPE_SHIFT
+        | autocast_code("cpu") << abi.STATE_AUTOCAST_CPU_SHIFT
+        | autocast_code("cuda") << abi.STATE_AUTOCAST_CUDA_SHIFT
     )
 
 
@@ -323,23 +346,22 @@ def _dtype_name(code: int) -> str:
 
 
 def _describe_autocast(state: int) -> str:
-    casts = [
-        f"{device} {_dtype_name(code - 1)}"
-        for device, code in (("cpu", (state >> 16) & 0xFF), ("cuda", (state >> 24) & 0xFF))
-        if code
-    ]
+    shifts = (("cpu", abi.STATE_AUTOCAST_CPU_SHIFT), ("cuda", abi.STATE_AUTOCAST_CUDA_SHIFT))
+    codes = [(device, (state >> shift) & abi.STATE_DTYPE_MASK) for device, shift in shifts]
+    casts = [f"{device} {_dtype_name(code - 1)}" for device, code in codes if code]
     if casts:
         return "on (" + ", ".join(casts) + ")"
-    return "on" if state & 2 else "off"
+    return "on" if state & abi.STATE_AUTOCAST_ENABLED else "off"
 
 
 def describe_global_state(state: int) -> str:
-    torch_functions = (state >> 3) & 3
+    torch_functions = (state >> abi.STATE_TORCH_FUNCTION_SHIFT) & abi.STATE_TORCH_FUNCTION_MASK
+    default_dtype = (state >> abi.STATE_DEFAULT_DTYPE_SHIFT) & abi.STATE_DTYPE_MASK
     return (
-        f"grad {'on' if state & 1 else 'off'}, autocast {_describe_autocast(state)}, "
-        f"inference mode {'on' if state & 4 else 'off'}, "
-        + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions else "")
-        + f"default dtype {_dtype_name((state >> 8) & 0xFF)}"
+        f"grad {'on' if state & abi.STATE_GRAD_ENABLED else 'off'}, autocast {_describe_autocast(state)}, "
+        f"inference mode {'on' if state & abi.STATE_INFERENCE_MODE else 'off'}, "
+        + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions != abi.TORCH_FUNCTION_ENABLED else "")
+        + f"default dtype {_dtype_name(default_dtype)}"
     )
 
 
@@ -465,8 +487,15 @@ def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[objec
     return value
 
 
-def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[object]) -> str | None:
-    """Why a call does not match, in the user's words, or None if every guard holds."""
+def first_failure(
+    guards: GuardSet, args: Sequence[object], constants: Sequence[object], *, int64: bool = True
+) -> str | None:
+    """Why a call does not match, in the user's words, or None if every guard holds: None exactly when the native
+    guard accepts the call (tests/unit/test_guard_differential.py holds the two to that).
+
+    The native guard computes ints as int64 with checked arithmetic: an int argument outside int64, or a relation
+    whose computation leaves int64 on the way, fails it. `int64=False` leaves out the second, so relations hold or
+    not in Python's exact ints alone: int64_ranges.int64_overflow asks that first, then which int leaves int64."""
     from .inputs import classify, tensor_fact
 
     for g in guards.sequences:
@@ -474,7 +503,7 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             value = leaf_value(g.fact.path, args, constants)
         except (IndexError, TypeError):
             return f"argument '{g.fact.path.name}': missing"
-        kind = "tuple" if g.fact.kind == 1 else "list"
+        kind = "tuple" if g.fact.kind == abi.SEQ_TUPLE else "list"
         if type(value).__name__ != kind:
             return f"argument '{g.fact.path.name}': expected a {kind}, got {type(value).__name__}"
         if len(value) != g.fact.length:  # type: ignore[arg-type]
@@ -487,18 +516,9 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
         fact = tensor_fact(value)
         if fact is None:
             return f"{where}: {type(value).__name__} with layout {value.layout} is not a plain strided tensor"
-        want = tg.fact
-        for name, expected, got in (
-            ("type", want.type_tag, fact.type_tag),
-            ("dtype", want.dtype, fact.dtype),
-            ("device", want.device, fact.device),
-            ("rank", len(want.sizes), len(fact.sizes)),
-            ("requires_grad", want.requires_grad, fact.requires_grad),
-            ("conj bit", want.is_conj, fact.is_conj),
-            ("neg bit", want.is_neg, fact.is_neg),
-        ):
-            if expected != got:
-                return f"{where}: {name} mismatch: expected {expected}, got {got}"
+        why = tg.mismatch(fact)
+        if why is not None:
+            return f"{where}: {why}"
     for dg in guards.derived:
         if byte_distance(constants[dg.index], constants[dg.base]) != dg.distance:  # type: ignore[arg-type]
             return (
@@ -517,6 +537,8 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             return f"argument '{sg.path.name}': value mismatch: expected {sg.value!r}, got {value!r}"
         if sg.value is None and sg.kind is LeafKind.FLOAT and not math.isfinite(value):  # type: ignore[arg-type]
             return f"argument '{sg.path.name}': {value!r} is not finite; this specialization takes any finite float"
+        if sg.value is None and sg.kind is LeafKind.INT and not INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
+            return f"argument '{sg.path.name}': {value} is outside int64; compiled code takes ints as int64"
     for ig in guards.identities:
         value = leaf_value(ig.path, args, constants)
         if value is not guards.identity_objects[ig.constant_index]:
@@ -526,17 +548,26 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
         env[b.symbol] = _property(leaf_value(b.path, args, constants), b.prop, b.dim)
     for pg in guards.properties:
         actual = _property(leaf_value(pg.path, args, constants), pg.prop, pg.dim)
-        expected = int(pg.expr.xreplace(env))  # type: ignore[arg-type]
-        if actual != expected:
+        expected = _evaluate(pg.expr, env)
+        if expected is None or actual != int(expected):  # type: ignore[call-overload]
             where = pg.path.name if pg.path.is_constant else f"argument '{pg.path.name}'"
             what = {"offset": "storage offset mismatch", "int": "value mismatch"}.get(
                 pg.prop, f"{pg.prop} mismatch at dim {pg.dim}"
             )
-            return f"{where}: {what}: expected {expected}, got {actual}"
+            shown = f"{pg.expr}, which divides by zero here" if expected is None else int(expected)  # type: ignore[call-overload]
+            return f"{where}: {what}: expected {shown}, got {actual}"
+    if int64:
+        from .int64_ranges import native_int64_failure  # a module built on this one
+
+        overflow = native_int64_failure(guards.relations, {s: v for s, v in env.items() if isinstance(v, int)})
+        if overflow is not None:
+            return f"this call computes {overflow}, which leaves int64 (compiled code computes ints as int64)"
     for rg in guards.relations:
-        if not bool(rg.expr.xreplace(env)):
+        holds = _evaluate(rg.expr, env)
+        if not holds:
             values = ", ".join(f"{s} = {env[s]}" for s in sorted(rg.expr.free_symbols, key=str) if s in env)  # type: ignore[index]
-            return f"size relation {rg.expr} does not hold ({values}); {_symbol_sources(rg, guards)}"
+            what = "does not hold" if holds is not None else "divides by zero"
+            return f"size relation {rg.expr} {what} ({values}); {_symbol_sources(rg, guards)}"
     state = current_global_state()
     if state != guards.global_state.state:
         return (
@@ -551,6 +582,15 @@ def first_failure(guards: GuardSet, args: Sequence[object], constants: Sequence[
             f"{describe_function_modes(modes)}"
         )
     return None
+
+
+def _evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, object]) -> sympy.Basic | None:
+    """`expr` with the call's symbol values, or None where that divides by zero: the native guard computes such an
+    expression as a miss, whatever the relation around it (lowering/symbolic_ints.py)."""
+    try:
+        return expr.xreplace(env)  # type: ignore[arg-type]
+    except ZeroDivisionError:
+        return None
 
 
 def _symbol_sources(rg: RelationGuard, guards: GuardSet) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .. import abi
+
 
 class LeafKind(enum.Enum):
     TENSOR = "tensor"
@@ -39,13 +41,13 @@ class LeafPath:
 @dataclasses.dataclass(frozen=True)
 class SequenceFact:
     path: LeafPath
-    kind: int  # TRIDENT_SEQ_TUPLE (1) or TRIDENT_SEQ_LIST (2), as in the runtime header
+    kind: int  # abi.SEQ_TUPLE or abi.SEQ_LIST
     length: int
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorFact:
-    type_tag: int  # TRIDENT_TYPE_TENSOR (1) or TRIDENT_TYPE_PARAMETER (2)
+    type_tag: int  # abi.TYPE_TENSOR or abi.TYPE_PARAMETER
     dtype: torch.dtype
     device: torch.device
     sizes: tuple[int, ...]
@@ -79,17 +81,15 @@ class CallFacts:
         return CallFacts(leaves, self.sequences)
 
 
-SEQ_TUPLE, SEQ_LIST = 1, 2
-TYPE_TENSOR, TYPE_PARAMETER = 1, 2
 ALIGNMENT = 16  # bytes; what Triton specializes pointer arguments on
 
 
 def tensor_fact(t: torch.Tensor) -> TensorFact | None:
     """The guarded facts of a tensor, or None for a tensor the native path does not take."""
     if type(t) is torch.Tensor:
-        tag = TYPE_TENSOR
+        tag = abi.TYPE_TENSOR
     elif type(t) is torch.nn.Parameter:
-        tag = TYPE_PARAMETER
+        tag = abi.TYPE_PARAMETER
     else:
         return None
     if t.layout != torch.strided or t.device.type == "meta":
@@ -129,7 +129,7 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
 
     def walk(value: object, path: LeafPath) -> None:
         if type(value) in (tuple, list):
-            kind = SEQ_TUPLE if type(value) is tuple else SEQ_LIST
+            kind = abi.SEQ_TUPLE if type(value) is tuple else abi.SEQ_LIST
             sequences.append(SequenceFact(path, kind, len(value)))  # type: ignore[arg-type]
             for i, item in enumerate(value):  # type: ignore[arg-type]
                 walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{i}]"))

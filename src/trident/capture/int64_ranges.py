@@ -24,11 +24,9 @@ import sympy
 import torch
 
 from .. import exc
-from .guards import GuardSet, RelationGuard, _property, first_failure, leaf_value
+from .guards import INT64_MAX, INT64_MIN, GuardSet, RelationGuard, _property, first_failure, leaf_value
 from .specialize import is_float_expr, lowers_as_int
 from .trace import Trace
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # Nodes that read a tensor's metadata rather than compute: their values are sizes of live tensors.
 _METADATA_READS = frozenset({
@@ -178,7 +176,7 @@ def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence
     native guard cannot compute in int64; else None."""
     others = dataclasses.replace(guards, relations=[g for g in guards.relations if not isinstance(g, Int64RangeGuard)])
     try:
-        if first_failure(others, args, constants) is not None:
+        if first_failure(others, args, constants, int64=False) is not None:
             return None
         env = {b.symbol: _property(leaf_value(b.path, args, constants), b.prop, b.dim) for b in guards.bindings}
     except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here

@@ -36,6 +36,10 @@ recompiles; registering the same function again (flag-gems' `use_gems()` entered
 numbered in the order functions are first registered, so a new process that registers the same way gets the
 same tokens (warm start).
 
+Kernels the captured function registers itself (flag-gems' `use_gems()` inside a decode step) are traced into
+like any other while they are registered; the specialization stands only if each is gone again when the
+function returns and every call it affected was traced into (CaptureRegistrations). Else the call runs eagerly.
+
 Knobs: TRIDENT_SEE_THROUGH=0 keeps every op opaque; TRIDENT_OPAQUE_OPS="ns::op[.overload],..." or
 `keep_opaque(...)` keeps the named ones opaque (for a library whose body misbehaves under capture).
 """
@@ -134,15 +138,16 @@ def watch() -> None:
         original_impl, original_destroy = Library.impl, Library._destroy
 
         def impl(self, op_name, fn, dispatch_key="", *args, **kwargs):  # type: ignore[no-untyped-def]
-            made = _capturing.made
-            if made is not None:  # a capture refuses it (refusing_registrations)
-                name = op_name if isinstance(op_name, str) else getattr(op_name, "__name__", str(op_name))
-                made.append(f"{self.ns}::{name} for {dispatch_key or 'every key'}")
             result = original_impl(self, op_name, fn, dispatch_key, *args, **kwargs)
+            noted = None
             try:
-                _note(self, op_name, fn, dispatch_key or self.dispatch_key, kwargs.get("with_keyset", False), fallthrough_kernel)
+                noted = _note(self, op_name, fn, dispatch_key or self.dispatch_key, kwargs.get("with_keyset", False), fallthrough_kernel)
             except Exception:  # noqa: BLE001 -- noting must never break a library's registration
                 pass
+            made = _capturing.made
+            if made is not None:  # made while a capture runs (registered_during_capture)
+                name = op_name if isinstance(op_name, str) else getattr(op_name, "__name__", str(op_name))
+                made.append(_Made(f"{self.ns}::{name} for {dispatch_key or 'every key'}", noted, weakref.ref(self)))
             return result
 
         def destroy(self):  # type: ignore[no-untyped-def]
@@ -160,40 +165,87 @@ def watch() -> None:
 
 class DispatcherRegistration(Exception):
     """The captured function registered operator kernels while it ran (torch.library IMPL, as flag-gems'
-    `use_gems()` does): eager's later operators ran those kernels, while compiled code calls the operators the
-    capture recorded without running the function again, so it would compute something else. Capture fails
-    with this, and the call runs eagerly (driver.py), with a warning saying why."""
+    `use_gems()` does) in a way compiled code cannot reproduce (registered_during_capture says which): capture
+    fails with this, and the call runs eagerly (driver.py), with a warning saying why."""
+
+
+@dataclasses.dataclass
+class _Made:
+    shown: str  # "ns::op for Key", for messages
+    pair: tuple[str, str] | None  # (op, dispatch key) as noted; None: noting failed
+    library: weakref.ref[Any]
 
 
 class _Capturing(threading.local):
-    made: list[str] | None = None  # registrations of this thread while it captures; None: not capturing
+    made: list[_Made] | None = None  # registrations of this thread while it captures; None: not capturing
 
 
 _capturing = _Capturing()
+_BACKEND_KEYS = {"CPU", "CUDA", "XPU", "MPS", "HIP", "CompositeExplicitAutograd"}
+
+
+class CaptureRegistrations:
+    """The kernels a captured function registered while it ran. Eager's later operators inside the function
+    ran those kernels; compiled code does not run the function again, so a specialization is right only if the
+    function registers them for its own length (each library gone again when it returns, as `use_gems()` does)
+    and every call they affected was traced into (its kernel's launches and ATen calls are in the host program).
+    Then nothing of the registration remains to reproduce, and the kernel-version guards hold what a later call
+    starts from (registered nowhere), not what the capture saw midway."""
+
+    def __init__(self) -> None:
+        self.made: list[_Made] = []
+
+    def settle(self, report: Report) -> None:
+        """After the capture: raise DispatcherRegistration, or pin the report's guards to the state after."""
+        if not self.made:
+            return
+        problem = self._problem(report)
+        if problem is not None:
+            shown = ", ".join(m.shown for m in self.made[:3]) + (f" and {len(self.made) - 3} more" if len(self.made) > 3 else "")
+            raise DispatcherRegistration(
+                f"the function registers operator kernels while it runs (torch.library: {shown}), as flag-gems' "
+                f"use_gems() does, and {problem}; compiled code would call the operators without them"
+            )
+        from .guards import ABSENT
+
+        for made in self.made:
+            assert made.pair is not None
+            name = "/".join(made.pair)
+            if name in report.depends:
+                report.depends[name] = KernelVersions.__dict__.get(name, ABSENT)
+
+    def _problem(self, report: Report) -> str | None:
+        for made in self.made:
+            if made.pair is None:
+                return f"Trident could not note {made.shown}"
+            op, key = made.pair
+            if key not in _BACKEND_KEYS:
+                return f"{made.shown} is at a key Trident does not trace into"
+            library = made.library()
+            if library is not None and getattr(library, "m", None) is not None:
+                return f"{made.shown} stays registered after it returns"
+            if op in report.opaque:
+                return f"{op} stays opaque ({report.opaque[op]})"
+        return None
 
 
 @contextlib.contextmanager
-def refusing_registrations() -> Iterator[None]:
+def registered_during_capture() -> Iterator[CaptureRegistrations]:
     """Let the captured function register kernels as it would eagerly (refusing midway could leave a library's
-    context manager half-entered), note each registration (watch's Library.impl), and fail the capture after."""
+    context manager half-entered) and collect each registration (watch's Library.impl); the caller settles them
+    against the capture's Report once the capture is done."""
     watch()
-    outer, _capturing.made = _capturing.made, []
-    made = _capturing.made
+    registrations = CaptureRegistrations()
+    outer, _capturing.made = _capturing.made, registrations.made
     try:
-        yield
+        yield registrations
     finally:
         _capturing.made = outer
         if outer is not None:
-            outer += made
-    if made:
-        shown = ", ".join(made[:3]) + (f" and {len(made) - 3} more" if len(made) > 3 else "")
-        raise DispatcherRegistration(
-            f"the function registers operator kernels while it runs (torch.library: {shown}), as flag-gems' "
-            "use_gems() does; compiled code would call the operators without them"
-        )
+            outer += registrations.made
 
 
-def _note(library: Any, name: object, fn: Any, key: str, with_keyset: bool, fallthrough: Any) -> None:
+def _note(library: Any, name: object, fn: Any, key: str, with_keyset: bool, fallthrough: Any) -> tuple[str, str]:
     if isinstance(name, torch._ops.OpOverload):
         op = op_name(name)
     else:
@@ -212,6 +264,7 @@ def _note(library: Any, name: object, fn: Any, key: str, with_keyset: bool, fall
         weakref.finalize(library, _refresh_all, keys)  # a collected library's kernels leave the dispatcher
     keys.add((op, key))
     _refresh(op, key)
+    return op, key
 
 
 _ROW = re.compile(r"^(?P<key>[A-Za-z]+)(?:\[alias\])?: (?P<location>registered at \S+?)(?: ::.*| \[.*)?$")
@@ -285,6 +338,23 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
         if fn is not None:
             return Kernel(name, fn, backend_key, "custom op", registered_key)
     return None
+
+
+_PYTHON_LOCATION = re.compile(r"registered at (?P<where>\S+\.py:\d+|<[^>]+>:\d+)$")
+
+
+def unreadable_python_kernel(op: torch._ops.OpOverload, backend_key: str) -> str | None:
+    """Why `op` stays opaque on `backend_key` when the dispatcher runs a Python kernel there that kernel_for
+    could not identify (registered before `import trident`, so never noted), or None when it runs native code."""
+    try:
+        row = _rows(torch._C._dispatch_dump_table(op_name(op))).get(backend_key)
+    except RuntimeError:
+        return None
+    match = _PYTHON_LOCATION.match(row[0]) if row else None
+    if match is None or row[1].strip() not in ("[kernel]", "[default backend kernel]"):
+        return None
+    return (f"its Python kernel for {backend_key} was registered at {match['where']} before trident was imported, "
+            "and the dispatcher gives no way to read it back; import trident before the library registers it")
 
 
 def _custom_op(name: str) -> Any:
@@ -429,7 +499,10 @@ class SeeThroughMode(TorchDispatchMode):
         key = torch._C._dispatch_key_for_device(devices.pop())
         memo = (func, key)
         if memo not in self._kernels:
-            self._kernels[memo] = kernel_for(func, key)
+            self._kernels[memo] = kernel = kernel_for(func, key)
+            unreadable = unreadable_python_kernel(func, key) if kernel is None else None
+            if unreadable is not None:
+                self.report.opaque.setdefault(op_name(func), unreadable)
         return self._kernels[memo]
 
     def _trace_into(self, kernel: Kernel, func: torch._ops.OpOverload, args: Sequence[object], kwargs: dict[str, object]) -> object:

@@ -47,7 +47,7 @@ from .. import exc
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
-from .python_kernels import Report, Retry, refusing_registrations, seeing_through
+from .python_kernels import Report, Retry, registered_during_capture, seeing_through
 from .specialize import ScalarLowering, symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 
@@ -596,11 +596,12 @@ def _trace_once(
     mode = _TracingMode(fake_mode)
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
-    with refusing_registrations(), _translate_capture_errors(), _quiet_meta_functions(), \
+    with registered_during_capture() as registrations, _translate_capture_errors(), _quiet_meta_functions(), \
             torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), symbolic_math(), \
             watch_float_folds() as folded, fake_mode, mode:
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
     see_through_holder[0].check()  # a refusal the function itself caught still retries
+    registrations.settle(see_through_holder[0].report)
     remember_constant_computations(gm, mode.real_of, mode.produced)
     pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded, lowering), shape_env, facts, traced)
     _split_size_lists(gm)

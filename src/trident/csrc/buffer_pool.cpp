@@ -314,8 +314,9 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
   if (!valid_site(pool, site)) return TRIDENT_ERROR;
   try {
     const at::Tensor& x = tensor(reinterpret_cast<int64_t>(like));
-    const at::ScalarType scalar_type = dtype < 0 ? x.scalar_type() : static_cast<at::ScalarType>(dtype);
-    const at::Device target = device < 0 ? x.device() : ::device(device);
+    const at::ScalarType scalar_type =
+        dtype == TRIDENT_POOL_LIKE_INPUT ? x.scalar_type() : static_cast<at::ScalarType>(dtype);
+    const at::Device target = device == TRIDENT_POOL_LIKE_INPUT ? x.device() : ::device(device);
     if (!x.is_non_overlapping_and_dense()) {  // empty_like picks a memory format then: let ATen decide, as eager
       *out = own(at::empty_like(x, at::TensorOptions().dtype(scalar_type).device(target)));
       return TRIDENT_OK;

@@ -155,7 +155,7 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
     const Spec spec = state->specs[index];
     Py_INCREF(spec.context);
     Py_INCREF(spec.keepalive);
-    if (!spec.guard(spec.ctx, slots.data)) {
+    if (spec.guard(spec.ctx, slots.data) != TRIDENT_GUARD_MATCH) {
       Py_DECREF(spec.context);
       Py_DECREF(spec.keepalive);
       if (state->version != version) return Outcome::kMiss;  // `candidates` may be gone: let Python retry

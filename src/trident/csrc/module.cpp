@@ -147,7 +147,7 @@ int32_t noop_run(TridentSpecContext*, PyObject* const*, PyObject** result) {
   return TRIDENT_OK;
 }
 
-int32_t always_guard(TridentSpecContext*, PyObject* const*) { return 1; }
+int32_t always_guard(TridentSpecContext*, PyObject* const*) { return TRIDENT_GUARD_MATCH; }
 
 PyObject* module_noop_run_address(PyObject*, PyObject*) {
   return PyLong_FromVoidPtr(reinterpret_cast<void*>(&noop_run));
@@ -196,6 +196,8 @@ PyMethodDef module_methods[] = {
      "time_guard(guard_address, context, args, iterations) -> float: ns per guard call"},
     {"init_cuda", trident::init_cuda, METH_VARARGS,
      "init_cuda(libtorch_cuda_path, launch_error_type): resolve the CUDA driver and torch's current stream"},
+    {"watch_launch_hooks", trident::watch_launch_hooks, METH_VARARGS,
+     "watch_launch_hooks(enter_calls, exit_calls): Triton's hook lists; native launches yield while one is set"},
     {nullptr, nullptr, 0, nullptr},
 };
 

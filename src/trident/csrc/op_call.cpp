@@ -27,10 +27,10 @@ double double_from_bits(int64_t bits) {
   return d;
 }
 
-// One argument; the list length rides in the tag's upper bits (tag >> 8).
+// One argument; the list length rides in the tag word's upper bits.
 IValue to_ivalue(int64_t tag_word, int64_t value) {
-  const int64_t tag = tag_word & 0xff;
-  const int64_t length = tag_word >> 8;
+  const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+  const int64_t length = tag_word >> TRIDENT_ARG_LENGTH_SHIFT;
   switch (tag) {
     case TRIDENT_TAG_NONE:
       return IValue();
@@ -71,9 +71,9 @@ IValue to_ivalue(int64_t tag_word, int64_t value) {
     case TRIDENT_TAG_STRING:
       return IValue(std::string(reinterpret_cast<const char*>(value)));
     case TRIDENT_TAG_DEVICE: {
-      const int64_t index = value & 0xffff;
-      return IValue(c10::Device(static_cast<c10::DeviceType>(value >> 16),
-                                static_cast<c10::DeviceIndex>(index == 0xffff ? -1 : index)));
+      const int64_t index = value & TRIDENT_DEVICE_CODE_INDEX_MASK;
+      return IValue(c10::Device(static_cast<c10::DeviceType>(value >> TRIDENT_DEVICE_CODE_TYPE_SHIFT),
+                                static_cast<c10::DeviceIndex>(index == TRIDENT_DEVICE_CODE_NO_INDEX ? -1 : index)));
     }
     default:
       TORCH_CHECK(false, "trident_op_call: unknown argument tag ", tag);

@@ -53,6 +53,7 @@ PyObject* python_operands(const int64_t* args, int64_t nargs);
 extern PyTypeObject TritonLaunchType;
 bool ready_triton_launch_type();
 PyObject* init_cuda(PyObject* module, PyObject* args);
+PyObject* watch_launch_hooks(PyObject* module, PyObject* args);
 PyObject* kernel_launch_error_type();
 
 /* triton_launch.cpp: torch's current CUDA stream on a device and whether it is capturing a CUDA graph; false

@@ -18,6 +18,39 @@
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+// The header's codes for torch's enums are torch's own values (the runtime passes ScalarType, DeviceType and
+// TorchFunctionDisabledState through as ints): a torch that renumbered one would fail to build here.
+#define TRIDENT_SAME_CODE(code, value) static_assert((code) == static_cast<int>(value), #code " is not " #value)
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_UINT8, c10::ScalarType::Byte);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_INT8, c10::ScalarType::Char);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_INT16, c10::ScalarType::Short);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_INT32, c10::ScalarType::Int);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_INT64, c10::ScalarType::Long);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT16, c10::ScalarType::Half);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT32, c10::ScalarType::Float);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT64, c10::ScalarType::Double);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_COMPLEX32, c10::ScalarType::ComplexHalf);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_COMPLEX64, c10::ScalarType::ComplexFloat);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_COMPLEX128, c10::ScalarType::ComplexDouble);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_BOOL, c10::ScalarType::Bool);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_BFLOAT16, c10::ScalarType::BFloat16);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT8_E5M2, c10::ScalarType::Float8_e5m2);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT8_E4M3FN, c10::ScalarType::Float8_e4m3fn);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT8_E5M2FNUZ, c10::ScalarType::Float8_e5m2fnuz);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_FLOAT8_E4M3FNUZ, c10::ScalarType::Float8_e4m3fnuz);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_UINT16, c10::ScalarType::UInt16);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_UINT32, c10::ScalarType::UInt32);
+TRIDENT_SAME_CODE(TRIDENT_DTYPE_UINT64, c10::ScalarType::UInt64);
+TRIDENT_SAME_CODE(TRIDENT_DEVICE_TYPE_CPU, c10::DeviceType::CPU);
+TRIDENT_SAME_CODE(TRIDENT_DEVICE_TYPE_CUDA, c10::DeviceType::CUDA);
+TRIDENT_SAME_CODE(TRIDENT_DEVICE_TYPE_XPU, c10::DeviceType::XPU);
+TRIDENT_SAME_CODE(TRIDENT_DEVICE_TYPE_MPS, c10::DeviceType::MPS);
+TRIDENT_SAME_CODE(TRIDENT_DEVICE_TYPE_META, c10::DeviceType::Meta);
+TRIDENT_SAME_CODE(TRIDENT_TORCH_FUNCTION_ENABLED, at::impl::TorchFunctionDisabledState::ENABLED);
+TRIDENT_SAME_CODE(TRIDENT_TORCH_FUNCTION_SUBCLASSES_DISABLED, at::impl::TorchFunctionDisabledState::SUBCLASSES_DISABLED);
+TRIDENT_SAME_CODE(TRIDENT_TORCH_FUNCTION_ALL_DISABLED, at::impl::TorchFunctionDisabledState::ALL_DISABLED);
+#undef TRIDENT_SAME_CODE
+
 namespace {
 
 // Set once by the module's init(); compared by pointer on every read (exact type, no subclass walk).
@@ -137,17 +170,19 @@ TRIDENT_API int64_t trident_global_state(void) {
   // Guards call this once per call: thread-local reads only, no allocation.
   try {
     int64_t state = 0;
-    if (c10::GradMode::is_enabled()) state |= 1;
-    if (any_autocast_enabled()) state |= 2;
-    if (c10::InferenceMode::is_enabled()) state |= 4;
-    // torch._C.DisableTorchFunction(Subclass): 0 enabled, 1 subclasses disabled, 2 all disabled (modes too).
-    state |= static_cast<int64_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) << 3;
-    state |= static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) << 8;
+    if (c10::GradMode::is_enabled()) state |= TRIDENT_STATE_GRAD_ENABLED;
+    if (any_autocast_enabled()) state |= TRIDENT_STATE_AUTOCAST_ENABLED;
+    if (c10::InferenceMode::is_enabled()) state |= TRIDENT_STATE_INFERENCE_MODE;
+    // torch._C.DisableTorchFunction(Subclass): a TRIDENT_TORCH_FUNCTION_* (checked against ATen's enum below).
+    state |= static_cast<int64_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state())
+             << TRIDENT_STATE_TORCH_FUNCTION_SHIFT;
+    state |= static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype()))
+             << TRIDENT_STATE_DEFAULT_DTYPE_SHIFT;
     // The dtype CPU and CUDA autocast cast to (0: that autocast is off): a capture bakes the casts in, so a
     // specialization captured under autocast(dtype=bfloat16) must not run under autocast(dtype=float16), nor
     // one captured under CUDA autocast for CPU tensors under CPU autocast.
-    state |= autocast_code(c10::DeviceType::CPU) << 16;
-    state |= autocast_code(c10::DeviceType::CUDA) << 24;
+    state |= autocast_code(c10::DeviceType::CPU) << TRIDENT_STATE_AUTOCAST_CPU_SHIFT;
+    state |= autocast_code(c10::DeviceType::CUDA) << TRIDENT_STATE_AUTOCAST_CUDA_SHIFT;
     return state;
   } catch (...) {
     // Cannot happen for the queries above; -1 matches no compiled state, so the call misses.

@@ -14,6 +14,9 @@
  *  - No C++ exception ever crosses this ABI.
  *  - Every function here is called with the GIL held (generated code runs inside the entry's vectorcall).
  *  - An incompatible change adds `name_v2`; `name` keeps its meaning.
+ *  - Every code of this ABI (statuses, tags, dtype and device codes, container kinds, ...) is a
+ *    `#define TRIDENT_<NAME> <integer>` here and nowhere else: the Python side reads them from this file
+ *    (trident/abi.py, as `<NAME>`), the C++ side includes it. Keep them in that one-line form.
  *
  * What does NOT go native (runs in Python, on a miss only): capture, compilation, guard explanations,
  * building non-tuple/list output containers, and anything the guards were not compiled for.
@@ -31,6 +34,7 @@ typedef struct _object PyObject;
 /* The same handle libtorch's AOTI C shim uses: a pointer to an at::Tensor. */
 typedef struct AtenTensorOpaque* AtenTensorHandle;
 
+/* Status of a function that can fail. */
 #define TRIDENT_OK 0
 #define TRIDENT_ERROR 1
 
@@ -53,11 +57,15 @@ typedef struct {
 } TridentSpecContext;
 
 /* Signatures of the two functions compiled per specialization.
- *  guard: 1 if the bound arguments match everything the specialization was compiled for, else 0. Never
- *         fails, never raises.
- *  run:   executes the host program; on success stores a new reference in *result and returns 0. */
+ *  guard: TRIDENT_GUARD_MATCH if the bound arguments match everything the specialization was compiled for,
+ *         else TRIDENT_GUARD_MISS. Never fails, never raises.
+ *  run:   executes the host program; on success stores a new reference in *result and returns TRIDENT_OK. */
 typedef int32_t (*trident_guard_fn)(TridentSpecContext* ctx, PyObject* const* slots);
 typedef int32_t (*trident_run_fn)(TridentSpecContext* ctx, PyObject* const* slots, PyObject** result);
+
+/* A guard's verdict (a predicate, not a status: 1 is the good case). */
+#define TRIDENT_GUARD_MISS 0
+#define TRIDENT_GUARD_MATCH 1
 
 /* ---------------------------------------------------------------------------------------------------
  * Reading inputs (guards and run). `slots` are the bound arguments in parameter order, borrowed.
@@ -86,6 +94,38 @@ typedef struct {
 #define TRIDENT_FLAG_CONJ 2
 #define TRIDENT_FLAG_NEG 4
 
+/* TridentTensorMeta.dtype: c10::ScalarType values, named as torch names the dtype (torch.float32 ->
+ * TRIDENT_DTYPE_FLOAT32). The runtime reports any ScalarType; these are the ones Python names.
+ * tensor_access.cpp checks each against c10 at build time. */
+#define TRIDENT_DTYPE_UINT8 0
+#define TRIDENT_DTYPE_INT8 1
+#define TRIDENT_DTYPE_INT16 2
+#define TRIDENT_DTYPE_INT32 3
+#define TRIDENT_DTYPE_INT64 4
+#define TRIDENT_DTYPE_FLOAT16 5
+#define TRIDENT_DTYPE_FLOAT32 6
+#define TRIDENT_DTYPE_FLOAT64 7
+#define TRIDENT_DTYPE_COMPLEX32 8
+#define TRIDENT_DTYPE_COMPLEX64 9
+#define TRIDENT_DTYPE_COMPLEX128 10
+#define TRIDENT_DTYPE_BOOL 11
+#define TRIDENT_DTYPE_BFLOAT16 15
+#define TRIDENT_DTYPE_FLOAT8_E5M2 23
+#define TRIDENT_DTYPE_FLOAT8_E4M3FN 24
+#define TRIDENT_DTYPE_FLOAT8_E5M2FNUZ 25
+#define TRIDENT_DTYPE_FLOAT8_E4M3FNUZ 26
+#define TRIDENT_DTYPE_UINT16 27
+#define TRIDENT_DTYPE_UINT32 28
+#define TRIDENT_DTYPE_UINT64 29
+
+/* TridentTensorMeta.device_type: c10::DeviceType values, named as torch.device names the type ("cuda" ->
+ * TRIDENT_DEVICE_TYPE_CUDA); checked against c10 at build time like the dtypes. */
+#define TRIDENT_DEVICE_TYPE_CPU 0
+#define TRIDENT_DEVICE_TYPE_CUDA 1
+#define TRIDENT_DEVICE_TYPE_XPU 12
+#define TRIDENT_DEVICE_TYPE_MPS 13
+#define TRIDENT_DEVICE_TYPE_META 14
+
 /* Fills *out if obj is exactly a torch.Tensor or torch.nn.Parameter with strided layout, not a tensor
  * subclass, and not a functorch-wrapped, functionalization-wrapped, zero-tensor or Python-dispatch tensor;
  * returns 1 then, else 0 (out untouched). Also 0 when reading the metadata throws (e.g. a tensor without
@@ -99,7 +139,8 @@ TRIDENT_API int32_t trident_read_float(PyObject* obj, double* out);
 TRIDENT_API int32_t trident_read_bool(PyObject* obj, int64_t* out);
 /* 1 if obj is None. */
 TRIDENT_API int32_t trident_is_none(PyObject* obj);
-/* 1 if obj is exactly a tuple (kind 1) or list (kind 2) of exactly `length` items; else 0. */
+/* 1 if obj is exactly a tuple (kind TRIDENT_SEQ_TUPLE) or list (TRIDENT_SEQ_LIST) of exactly `length` items;
+ * else 0. */
 TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length);
 /* Borrowed item `index` of a tuple or list already checked by trident_check_sequence. */
 TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
@@ -116,10 +157,24 @@ TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2
 
-/* Process-wide state a specialization depends on, packed: bit 0 grad mode enabled, bit 1 any autocast enabled,
- * bit 2 inference mode, bits 3..4 torch functions disabled (0 on, 1 subclasses off, 2 all off: ATen's
- * TorchFunctionDisabledState), bits 8..15 the default dtype (c10::ScalarType of torch.get_default_dtype()). */
+/* Process-wide state a specialization depends on, packed into the TRIDENT_STATE_* fields below (-1 if it
+ * cannot be read, which matches no compiled state). */
 TRIDENT_API int64_t trident_global_state(void);
+
+#define TRIDENT_STATE_GRAD_ENABLED 0x1     /* torch.is_grad_enabled() */
+#define TRIDENT_STATE_AUTOCAST_ENABLED 0x2 /* autocast enabled on any device type */
+#define TRIDENT_STATE_INFERENCE_MODE 0x4   /* torch.is_inference_mode_enabled() */
+#define TRIDENT_STATE_TORCH_FUNCTION_SHIFT 3 /* 2 bits (TRIDENT_STATE_TORCH_FUNCTION_MASK): TRIDENT_TORCH_FUNCTION_* */
+#define TRIDENT_STATE_TORCH_FUNCTION_MASK 0x3
+#define TRIDENT_STATE_DEFAULT_DTYPE_SHIFT 8  /* 8 bits (TRIDENT_STATE_DTYPE_MASK): torch.get_default_dtype() */
+#define TRIDENT_STATE_AUTOCAST_CPU_SHIFT 16  /* 8 bits: 0 if CPU autocast is off, else 1 + the dtype it casts to */
+#define TRIDENT_STATE_AUTOCAST_CUDA_SHIFT 24 /* 8 bits: the same for CUDA autocast */
+#define TRIDENT_STATE_DTYPE_MASK 0xff
+
+/* ATen's TorchFunctionDisabledState (torch._C.DisableTorchFunctionSubclass / DisableTorchFunction). */
+#define TRIDENT_TORCH_FUNCTION_ENABLED 0
+#define TRIDENT_TORCH_FUNCTION_SUBCLASSES_DISABLED 1
+#define TRIDENT_TORCH_FUNCTION_ALL_DISABLED 2
 
 /* The torch function mode stack (torch.set_default_device, `with torch.device(...)`, user TorchFunctionModes).
  * A specialization bakes in what the modes did while it was captured (a factory's device), so guards compare
@@ -146,11 +201,13 @@ TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
  *   INT             value = int64 (also ScalarType, Layout, MemoryFormat arguments)
  *   DOUBLE          value = the double's bit pattern
  *   BOOL            value = 0/1
- *   INT_LIST        value = pointer to int64[len];             len = tag >> 8
- *   TENSOR_LIST     value = pointer to AtenTensorHandle[len];  len = tag >> 8
- *   OPT_TENSOR_LIST value = pointer to AtenTensorHandle[len], NULL entries are None; len = tag >> 8
+ *   INT_LIST        value = pointer to int64[len];             len = tag >> TRIDENT_ARG_LENGTH_SHIFT
+ *   TENSOR_LIST     value = pointer to AtenTensorHandle[len];  len as for INT_LIST
+ *   OPT_TENSOR_LIST value = pointer to AtenTensorHandle[len], NULL entries are None; len as for INT_LIST
  *   STRING          value = pointer to a NUL-terminated string
- *   DEVICE          value = (device_type << 16) | (device_index & 0xffff), index 0xffff meaning none
+ *   DEVICE          value = a device code: (device_type << TRIDENT_DEVICE_CODE_TYPE_SHIFT) | index, the index
+ *                   TRIDENT_DEVICE_CODE_NO_INDEX for none
+ * The tag itself is tag_word & TRIDENT_ARG_TAG_MASK.
  * `nargs` must equal the schema's argument count (defaults included, kwarg-only ones in schema order), or the
  * call fails. A NULL TENSOR handle passes None (for Tensor? arguments); a NULL TENSOR_LIST entry passes an
  * undefined tensor.
@@ -172,6 +229,12 @@ TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
 #define TRIDENT_TAG_STRING 8
 #define TRIDENT_TAG_DEVICE 9
 
+#define TRIDENT_ARG_TAG_MASK 0xff
+#define TRIDENT_ARG_LENGTH_SHIFT 8
+#define TRIDENT_DEVICE_CODE_TYPE_SHIFT 16
+#define TRIDENT_DEVICE_CODE_INDEX_MASK 0xffff
+#define TRIDENT_DEVICE_CODE_NO_INDEX 0xffff
+
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
                                     int64_t nrets);
 /* A 0-dim "wrapped number" tensor holding a Python scalar (tag INT, DOUBLE or BOOL), as eager's argument
@@ -190,7 +253,7 @@ TRIDENT_API PyObject* trident_new_ref(PyObject* obj);
 TRIDENT_API PyObject* trident_box_int(int64_t v);
 TRIDENT_API PyObject* trident_box_float(double v);
 TRIDENT_API PyObject* trident_box_bool(int64_t v);
-/* A new tuple (kind 1) or list (kind 2) of `length` empty items. */
+/* A new tuple (kind TRIDENT_SEQ_TUPLE) or list (TRIDENT_SEQ_LIST) of `length` empty items. */
 TRIDENT_API PyObject* trident_sequence_new(int64_t kind, int64_t length);
 /* Stores `item` at `index` of a sequence made by trident_sequence_new, stealing the reference. */
 TRIDENT_API void trident_sequence_set(PyObject* seq, int64_t index, PyObject* item);
@@ -215,7 +278,8 @@ TRIDENT_API int32_t trident_triton_launch(PyObject* launch, const int64_t* args,
  * says when exactly), else a new one from ATen. New owned handle in *out.
  * trident_pool_empty: `ndim` sizes, and strides (NULL: contiguous), dtype a c10::ScalarType, device a code as
  * TRIDENT_TAG_DEVICE values. trident_pool_empty_like: as at::empty_like(like) in preserve format; dtype and
- * device -1 take like's. */
+ * device TRIDENT_POOL_LIKE_INPUT take like's. */
+#define TRIDENT_POOL_LIKE_INPUT (-1)
 TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
                                        int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out);
 TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
@@ -224,6 +288,23 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
  * functional op; its errors where ATen would reject the operands). */
 TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
                                         AtenTensorHandle b, AtenTensorHandle* out);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Codes of the TritonLaunch type's constructor (runtime/triton_native.py builds its arguments; generated code
+ * never sees them). key_spec: (operand, TRIDENT_KEY_*) pairs, what a launch's variants are keyed on, as Triton
+ * specializes a kernel; params: (TRIDENT_PARAM_*, source) per non-constexpr kernel parameter.
+ */
+#define TRIDENT_KEY_ALIGN 0        /* pointer: 1 if 16-byte aligned */
+#define TRIDENT_KEY_INT 1          /* int: 1 if ==1, else 2 + 2*(beyond int32) + (divisible by 16) */
+#define TRIDENT_KEY_INT_NO_ALIGN 2 /* int with do_not_specialize_on_alignment: ==1 or the width, no divisibility */
+#define TRIDENT_KEY_INT_WIDTH 3    /* int with do_not_specialize: the width only */
+#define TRIDENT_KEY_VALUE 4        /* the exact value (autotune keys, heuristics inputs) */
+
+#define TRIDENT_PARAM_POINTER 0 /* operand tensor: its data address */
+#define TRIDENT_PARAM_INT 1     /* operand int (stored as int64; narrower types read the low bytes) */
+#define TRIDENT_PARAM_FP32 2    /* operand float or int, converted to fp32 bits */
+#define TRIDENT_PARAM_FP64 3    /* operand float or int, as fp64 bits */
+#define TRIDENT_PARAM_LITERAL 4 /* 8 bytes packed by Python (constants of the launch); source = the bits */
 
 /* ---------------------------------------------------------------------------------------------------
  * Errors.

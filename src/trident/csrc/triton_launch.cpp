@@ -56,24 +56,20 @@ struct CudaApi {
 
 CudaApi cuda;  // written once by init_cuda under the GIL; read by launches (GIL held)
 PyObject* launch_error_type = nullptr;  // strong reference, set by init_cuda
+// The lists behind Triton's launch enter/exit HookChains (watch_launch_hooks; strong references, or null).
+// A profiler that adds a hook after a site went native must still see every launch, so each native launch
+// looks at them (two list sizes) and hands the launch to Triton's launcher, which calls the hooks, while one
+// is set.
+PyObject* launch_hook_lists[2] = {nullptr, nullptr};
 
-// --- Keys and parameters (numbering shared with runtime/triton_native.py) ---------------------------------
+bool launch_hooks_set() {
+  for (PyObject* calls : launch_hook_lists) {
+    if (calls != nullptr && PyList_GET_SIZE(calls) > 0) return true;
+  }
+  return false;
+}
 
-enum KeyKind : int64_t {
-  KEY_ALIGN = 0,         // pointer: 1 if 16-byte aligned
-  KEY_INT = 1,           // int: 1 if ==1, else 2 + 2*(beyond int32) + (divisible by 16)
-  KEY_INT_NO_ALIGN = 2,  // int with do_not_specialize_on_alignment: ==1 or the width, no divisibility
-  KEY_INT_WIDTH = 3,     // int with do_not_specialize: the width only
-  KEY_VALUE = 4,         // the exact value (autotune keys, heuristics inputs)
-};
-
-enum ParamKind : int64_t {
-  PARAM_POINTER = 0,  // operand tensor: its data address
-  PARAM_INT = 1,      // operand int (stored as int64; narrower types read the low bytes)
-  PARAM_FP32 = 2,     // operand float or int, converted to fp32 bits
-  PARAM_FP64 = 3,     // operand float or int, as fp64 bits
-  PARAM_LITERAL = 4,  // 8 bytes packed by Python (constants of the launch)
-};
+// --- Keys and parameters (TRIDENT_KEY_* and TRIDENT_PARAM_* kinds: trident_runtime.h) ---------------------
 
 constexpr int64_t kMaxKey = 64;
 constexpr int64_t kMaxParams = 128;
@@ -117,30 +113,30 @@ struct TritonLaunchObject {
 
 int64_t int_key(int64_t value, int64_t kind) {
   const bool wide = value < INT32_MIN || value > INT32_MAX;  // Triton types such an int i64, else i32
-  if (kind == KEY_INT_WIDTH) return 2 + 2 * wide;
+  if (kind == TRIDENT_KEY_INT_WIDTH) return 2 + 2 * wide;
   if (value == 1) return 1;  // Triton makes it a constexpr (and drops the parameter)
-  if (kind == KEY_INT_NO_ALIGN) return 2 + 2 * wide;
+  if (kind == TRIDENT_KEY_INT_NO_ALIGN) return 2 + 2 * wide;
   return 2 + 2 * wide + (value % 16 == 0);
 }
 
 int64_t key_of(int64_t value, int64_t kind) {
   switch (kind) {
-    case KEY_ALIGN: return (value % 16) == 0;
-    case KEY_VALUE: return value;
+    case TRIDENT_KEY_ALIGN: return (value % 16) == 0;
+    case TRIDENT_KEY_VALUE: return value;
     default: return int_key(value, kind);
   }
 }
 
 // The value an operand contributes to keys and parameters: a tensor's data address, an int, a double's bits.
 bool operand_value(const int64_t* args, int64_t index, int64_t* out) {
-  const int64_t tag = args[2 * index] & 0xff, value = args[2 * index + 1];
+  const int64_t tag = args[2 * index] & TRIDENT_ARG_TAG_MASK, value = args[2 * index + 1];
   if (tag == TRIDENT_TAG_TENSOR) return trident::tensor_data_address(reinterpret_cast<AtenTensorHandle>(value), out);
   *out = value;
   return true;
 }
 
 double operand_as_double(const int64_t* args, int64_t index, int64_t value) {
-  if ((args[2 * index] & 0xff) == TRIDENT_TAG_DOUBLE) {
+  if ((args[2 * index] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE) {
     double d;
     std::memcpy(&d, &value, sizeof d);
     return d;
@@ -186,14 +182,14 @@ int32_t launch_variant(TritonLaunchObject* self, const Variant& v, const int64_t
   for (size_t i = 0; i < n; ++i) {
     const Param& p = v.params[i];
     int64_t value = p.source;
-    if (p.kind != PARAM_LITERAL && !operand_value(args, p.source, &value)) return 0;
+    if (p.kind != TRIDENT_PARAM_LITERAL && !operand_value(args, p.source, &value)) return 0;
     uint64_t bits = static_cast<uint64_t>(value);
-    if (p.kind == PARAM_FP32) {
+    if (p.kind == TRIDENT_PARAM_FP32) {
       const float f = static_cast<float>(operand_as_double(args, p.source, value));
       uint32_t b32;
       std::memcpy(&b32, &f, sizeof b32);
       bits = b32;
-    } else if (p.kind == PARAM_FP64) {
+    } else if (p.kind == TRIDENT_PARAM_FP64) {
       const double d = operand_as_double(args, p.source, value);
       std::memcpy(&bits, &d, sizeof bits);
     }
@@ -435,6 +431,23 @@ bool trident::ready_triton_launch_type() {
   return PyType_Ready(&t) == 0;
 }
 
+// watch_launch_hooks(enter_calls, exit_calls) -> None: the `calls` lists of Triton's launch hook chains (None
+// where the installed Triton keeps none); re-sent by Python whenever it registers a variant, so a chain Triton
+// replaced is picked up.
+PyObject* trident::watch_launch_hooks(PyObject*, PyObject* args) {
+  PyObject* lists[2] = {nullptr, nullptr};
+  if (!PyArg_ParseTuple(args, "OO:watch_launch_hooks", &lists[0], &lists[1])) return nullptr;
+  for (int i = 0; i < 2; ++i) {
+    if (lists[i] != Py_None && !PyList_Check(lists[i])) {
+      return PyErr_Format(PyExc_TypeError, "watch_launch_hooks: expected a list or None, got %s",
+                          Py_TYPE(lists[i])->tp_name);
+    }
+    PyObject* held = lists[i] == Py_None ? nullptr : Py_NewRef(lists[i]);
+    Py_XSETREF(launch_hook_lists[i], held);
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* trident::kernel_launch_error_type() {
   return launch_error_type != nullptr ? launch_error_type : PyExc_RuntimeError;
 }
@@ -486,7 +499,7 @@ extern "C" {
 
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* args, int64_t nargs) {
   TritonLaunchObject* self = as_launch(launch_obj);
-  if (self->disabled_reason->empty() && !self->variants->empty()) {
+  if (self->disabled_reason->empty() && !self->variants->empty() && !launch_hooks_set()) {
     int64_t key[kMaxKey];
     CUcontext context = nullptr;
     if (compute_key(self, args, key) && cuda.current_context(&context) == 0) {

@@ -18,7 +18,7 @@
 
 namespace {
 
-inline bool is_none(int64_t tag) { return (tag & 0xff) == TRIDENT_TAG_NONE; }
+inline bool is_none(int64_t tag) { return (tag & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_NONE; }
 
 // Handles point at tensors owned by a Python object or by the generated function; in-place operators
 // mutate the TensorImpl, never the handle, so a non-const reference is safe.
@@ -38,7 +38,7 @@ inline double as_double(int64_t bits) {
 
 // Scalar: the tag keeps Python's int / float / bool distinction, which decides type promotion.
 inline at::Scalar scalar(int64_t tag, int64_t value) {
-  switch (tag & 0xff) {
+  switch (tag & TRIDENT_ARG_TAG_MASK) {
     case TRIDENT_TAG_DOUBLE: return at::Scalar(as_double(value));
     case TRIDENT_TAG_BOOL: return at::Scalar(value != 0);
     default: return at::Scalar(value);
@@ -46,29 +46,31 @@ inline at::Scalar scalar(int64_t tag, int64_t value) {
 }
 
 inline at::IntArrayRef ints(int64_t tag, int64_t value) {
-  return at::IntArrayRef(reinterpret_cast<const int64_t*>(value), static_cast<size_t>(tag >> 8));
+  return at::IntArrayRef(reinterpret_cast<const int64_t*>(value), static_cast<size_t>(tag >> TRIDENT_ARG_LENGTH_SHIFT));
 }
 
 inline std::vector<at::Tensor> tensors(int64_t tag, int64_t value) {
   const auto* items = reinterpret_cast<const int64_t*>(value);
   std::vector<at::Tensor> list;
-  list.reserve(tag >> 8);
-  for (int64_t i = 0; i < (tag >> 8); ++i) list.push_back(tensor(items[i]));
+  const int64_t length = tag >> TRIDENT_ARG_LENGTH_SHIFT;
+  list.reserve(length);
+  for (int64_t i = 0; i < length; ++i) list.push_back(tensor(items[i]));
   return list;
 }
 
 inline c10::List<std::optional<at::Tensor>> optional_tensors(int64_t tag, int64_t value) {
   const auto* items = reinterpret_cast<const int64_t*>(value);
   c10::List<std::optional<at::Tensor>> list;
-  list.reserve(tag >> 8);
-  for (int64_t i = 0; i < (tag >> 8); ++i) list.push_back(opt_tensor(TRIDENT_TAG_TENSOR, items[i]));
+  const int64_t length = tag >> TRIDENT_ARG_LENGTH_SHIFT;
+  list.reserve(length);
+  for (int64_t i = 0; i < length; ++i) list.push_back(opt_tensor(TRIDENT_TAG_TENSOR, items[i]));
   return list;
 }
 
 inline at::Device device(int64_t value) {
-  const int64_t index = value & 0xffff;
-  return at::Device(static_cast<c10::DeviceType>(value >> 16),
-                    static_cast<c10::DeviceIndex>(index == 0xffff ? -1 : index));
+  const int64_t index = value & TRIDENT_DEVICE_CODE_INDEX_MASK;
+  return at::Device(static_cast<c10::DeviceType>(value >> TRIDENT_DEVICE_CODE_TYPE_SHIFT),
+                    static_cast<c10::DeviceIndex>(index == TRIDENT_DEVICE_CODE_NO_INDEX ? -1 : index));
 }
 
 inline AtenTensorHandle own(at::Tensor t) {

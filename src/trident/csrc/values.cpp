@@ -133,7 +133,7 @@ PyObject* trident::python_operands(const int64_t* args, int64_t nargs) {
   PyObject* tuple = PyTuple_New(nargs);
   if (tuple == nullptr) return nullptr;
   for (int64_t i = 0; i < nargs; ++i) {
-    const int64_t tag = args[2 * i] & 0xff, value = args[2 * i + 1];
+    const int64_t tag = args[2 * i] & TRIDENT_ARG_TAG_MASK, value = args[2 * i + 1];
     PyObject* item = nullptr;
     switch (tag) {
       case TRIDENT_TAG_TENSOR: item = trident_wrap_tensor(reinterpret_cast<AtenTensorHandle>(value)); break;

@@ -2,7 +2,8 @@
 
 Order matters for safety, not only speed: a sequence's kind and length are checked before its items are
 read, a tensor's type and rank before its sizes and strides are loaded. Every check exits early to a
-block returning 0. The checks are exactly those of capture.guards.first_failure.
+block returning 0. The checks are exactly those of capture.guards.first_failure (the same verdict on every call:
+tests/unit/test_guard_differential.py), in another order.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import struct
 
 import sympy
 
+from ..abi import family
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
 from ..capture.inputs import LeafKind, LeafPath
 from ..ir.mlir_text import F64, I32, I64, PTR, FunctionBuilder, ModuleBuilder
@@ -17,8 +19,8 @@ from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .symbolic_ints import SymbolicIntLowering
 
-# c10::DeviceType values
-_DEVICE_TYPES = {"cpu": 0, "cuda": 1, "xpu": 12, "mps": 13, "meta": 14}
+# c10::DeviceType values by torch.device type name: the header's TRIDENT_DEVICE_TYPE_<NAME> is "<name>".
+_DEVICE_TYPES = {name.lower(): code for name, code in family("DEVICE_TYPE_").items()}
 
 
 def device_type_code(device_type: str) -> int:
@@ -26,7 +28,7 @@ def device_type_code(device_type: str) -> int:
 
 
 def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
-    fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=0)
+    fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=abi.GUARD_MISS)
     access = LeafAccess(fb, "%ctx", "%slots")
 
     state = fb.call(abi.GLOBAL_STATE, [])
@@ -129,7 +131,7 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         fb.check(fb.all_of(conditions))
     for rg in guards.relations:  # float symbols compare as Python compared the double (IEEE, NaN unequal)
         fb.check(symbolic.bool_expr(rg.expr))
-    fb.ret(fb.const(1, I32))
+    fb.ret(fb.const(abi.GUARD_MATCH, I32))
     fb.finish()
 
 

@@ -1,6 +1,7 @@
 """Pass: the torch-dialect `@main` -> `func.func @<name>(%ctx, %slots, %result) -> i32`, the host program.
 
-Each torch op becomes native code, in program order:
+Each torch op becomes native code, in program order, by the rule registered for its kind (@lowers below;
+supporting a new kind of op is adding its rule):
   torch.constant.* / prim.ListConstruct   -> SSA constants and stack arrays (no runtime work)
   aten.{add,sub,mul,floordiv,...}.int     -> arith on i64 (symbolic sizes and ints)
   aten.size.int / stride.int              -> runtime reads of the tensor's metadata
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from torch_mlir import ir
 
@@ -91,12 +92,36 @@ _INT_COMPARE = {
 }  # fmt: skip
 
 
-# Int ops torch-mlir does not model (it imports them as torch.operator) that are lowered natively here.
-_UNMODELED_INT_OPS = frozenset({"torch.aten.stride.int", "torch.aten.size.int", "torch.aten.fmod.int"})
-
-
 def _operator_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value
+
+
+def op_kind(op: ir.Operation) -> str:
+    """What a lowering rule is chosen by: the op's name, or for a torch.operator (an op torch-mlir does not
+    model, e.g. aten.stride.int, or one of Trident's own launch and scalar ops) the name of the op it stands for."""
+    return _operator_name(op) if op.name == "torch.operator" else op.name
+
+
+# The lowering rules, one per op kind: HostProgramLowering methods taking the op, registered with @lowers. An
+# exact kind is looked up first, then the prefixes of kind families (constants, launch sites, scalar builtins);
+# any other ATen or prims operator is called through the runtime (HostProgramLowering._op_call).
+Rule = Callable[["HostProgramLowering", ir.Operation], None]
+_RULES: dict[str, Rule] = {}
+_PREFIX_RULES: dict[str, Rule] = {}
+
+
+def lowers(*kinds: str, prefix: bool = False) -> Callable[[Rule], Rule]:
+    """Register the decorated method as the rule lowering ops of these kinds (kind prefixes with prefix=True)."""
+    table = _PREFIX_RULES if prefix else _RULES
+
+    def register(rule: Rule) -> Rule:
+        for kind in kinds:
+            if kind in table:  # a second rule would silently win: a programming error, caught at import
+                raise RuntimeError(f"two lowering rules for {kind}: {table[kind].__name__} and {rule.__name__}")
+            table[kind] = rule
+        return rule
+
+    return register
 
 
 def aten_name(op: ir.Operation) -> tuple[str, str]:
@@ -130,7 +155,7 @@ class HostProgramLowering:
         pool_allocations: bool = False,
     ) -> None:
         self.fb = FunctionBuilder(
-            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=1
+            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=abi.ERROR
         )
         self.access = LeafAccess(self.fb, "%ctx", "%slots")
         self.main = main
@@ -192,84 +217,120 @@ class HostProgramLowering:
 
     # -- ops ------------------------------------------------------------------------------------------------
     def _lower(self, op: ir.Operation) -> None:
-        name = op.name
-        if name == "torch.operator" and _operator_name(op) in _UNMODELED_INT_OPS:
-            name = _operator_name(op)  # torch-mlir does not model it (e.g. aten.stride.int), but we do
-        fb = self.fb
-        if name.startswith("torch.constant."):
-            self.values[op.results[0]] = self._constant(op)
-        elif name == "torch.prim.ListConstruct":
-            items = [self.values[v] for v in op.operands]
-            elem = str(op.results[0].type)
-            self.values[op.results[0]] = _Lowered("list", items=items, elem=elem)
-        elif name == "torch.prim.ListUnpack":
-            source = self.values[op.operands[0]]
-            if len(source.items) != len(op.results):
-                raise exc.LoweringError(f"list of {len(source.items)} unpacked into {len(op.results)} values")
-            for result, item in zip(op.results, source.items):
-                self.values[result] = item
-        elif name in _INT_BINARY:
-            a, b = (self._int(v) for v in op.operands)
-            self.values[op.results[0]] = _Lowered("int", fb.binary(_INT_BINARY[name], a, b))
-        elif name == "torch.aten.Int.bool":
-            # The importer wraps a bool used as a number (x * flag); it stays a bool-kinded Scalar so the
-            # operator sees what eager passes (a bool Scalar: bool tensor * True stays bool).
-            self.values[op.results[0]] = _Lowered("bool", self.values[op.operands[0]].ssa)
-        elif name in _INT_CHECKED:
-            a, b = (self._int(v) for v in op.operands)
-            value = checked_int_op(fb, _INT_CHECKED[name], a, b, self._raise_unless, name.removeprefix("torch."))
-            self.values[op.results[0]] = _Lowered("int", value)
-        elif name in _FLOAT_BINARY:
-            self.values[op.results[0]] = _Lowered("float", self._float_binary(name, op))
-        elif name == "torch.aten.neg.float":
-            negated = fb.fresh()
-            fb.emit(f"{negated} = arith.negf {self._float(op.operands[0])} : f64")
-            self.values[op.results[0]] = _Lowered("float", negated)
-        elif name == "torch.aten.Float.Scalar":
-            self.values[op.results[0]] = _Lowered("float", self._float(op.operands[0]))
-        elif name == "torch.aten.neg.int":
-            value = checked_int_op(fb, "subi", fb.const(0), self._int(op.operands[0]), self._raise_unless, "aten.neg.int")
-            self.values[op.results[0]] = _Lowered("int", value)
-        elif name in _INT_COMPARE:
-            a, b = (self._int(v) for v in op.operands)
-            flag = fb.cmp(_INT_COMPARE[name], a, b)
-            widened = fb.fresh()
-            fb.emit(f"{widened} = arith.extui {flag} : i1 to i64")
-            self.values[op.results[0]] = _Lowered("bool", widened)
-        elif name in ("torch.aten.size.int", "torch.aten.stride.int"):
-            tensor = self.values[op.operands[0]]
-            dim = self._int(op.operands[1])
-            extern = abi.TENSOR_SIZE if name == "torch.aten.size.int" else abi.TENSOR_STRIDE
-            value = fb.call(extern, [tensor.ssa, self._normalized_dim(op, dim)])
-            assert value is not None
-            self.values[op.results[0]] = _Lowered("int", value)
-        elif name == "torch.aten.numel":
-            tensor = self.values[op.operands[0]]
-            count = fb.const(1)
-            for d in range(_rank(op.operands[0].type)):
-                size = fb.call(abi.TENSOR_SIZE, [tensor.ssa, fb.const(d)])
-                assert size is not None
-                count = fb.binary("muli", count, size)
-            self.values[op.results[0]] = _Lowered("int", count)
-        elif name == "torch.aten.storage_offset":
-            value = fb.call(abi.TENSOR_STORAGE_OFFSET, [self.values[op.operands[0]].ssa])
-            assert value is not None
-            self.values[op.results[0]] = _Lowered("int", value)
-        elif name == "torch.prim.NumToTensor.Scalar":
-            self._scalar_tensor(op)
-        elif name == "torch.operator" and _operator_name(op).startswith(LAUNCH_OP_PREFIX):
-            self._triton_launch(op)
-        elif name == "torch.operator" and _operator_name(op).startswith(SCALAR_OP_PREFIX):
-            fn = _operator_name(op).removeprefix(SCALAR_OP_PREFIX)
-            operands = [(self.values[v].kind, self.values[v].ssa) for v in op.operands]
-            kind, value = lower_scalar_op(fb, fn, operands, self._raise_unless)
-            self.values[op.results[0]] = _Lowered(kind, value)
-        elif name.startswith("torch.aten.") or name.startswith("torch.prims.") or name == "torch.operator":
-            self._op_call(op)
+        kind = op_kind(op)
+        rule = _RULES.get(kind) or next((r for p, r in _PREFIX_RULES.items() if kind.startswith(p)), None)
+        if rule is not None:
+            rule(self, op)
+        elif op.name == "torch.operator" or kind.startswith(("torch.aten.", "torch.prims.")):
+            self._op_call(op)  # every other operator: a typed runtime entry or the boxed dispatcher
         else:
-            raise exc.LoweringError(f"unsupported operation {name}")
+            raise exc.LoweringError(f"unsupported operation {kind}")
 
-    def _constant(self, op: ir.Operation) -> _Lowered:
+    @lowers("torch.prim.ListConstruct")
+    def _list_construct(self, op: ir.Operation) -> None:
+        items = [self.values[v] for v in op.operands]
+        self.values[op.results[0]] = _Lowered("list", items=items, elem=str(op.results[0].type))
+
+    @lowers("torch.prim.ListUnpack")
+    def _list_unpack(self, op: ir.Operation) -> None:
+        source = self.values[op.operands[0]]
+        if len(source.items) != len(op.results):
+            raise exc.LoweringError(f"list of {len(source.items)} unpacked into {len(op.results)} values")
+        for result, item in zip(op.results, source.items):
+            self.values[result] = item
+
+    @lowers(*_INT_BINARY)
+    def _int_binary(self, op: ir.Operation) -> None:
+        a, b = (self._int(v) for v in op.operands)
+        self.values[op.results[0]] = _Lowered("int", self.fb.binary(_INT_BINARY[op_kind(op)], a, b))
+
+    @lowers(*_INT_CHECKED)
+    def _int_checked(self, op: ir.Operation) -> None:
+        kind = op_kind(op)
+        a, b = (self._int(v) for v in op.operands)
+        value = checked_int_op(self.fb, _INT_CHECKED[kind], a, b, self._raise_unless, kind.removeprefix("torch."))
+        self.values[op.results[0]] = _Lowered("int", value)
+
+    @lowers("torch.aten.neg.int")
+    def _neg_int(self, op: ir.Operation) -> None:
+        fb = self.fb
+        value = checked_int_op(fb, "subi", fb.const(0), self._int(op.operands[0]), self._raise_unless, "aten.neg.int")
+        self.values[op.results[0]] = _Lowered("int", value)
+
+    @lowers(*_INT_COMPARE)
+    def _int_compare(self, op: ir.Operation) -> None:
+        fb = self.fb
+        a, b = (self._int(v) for v in op.operands)
+        flag = fb.cmp(_INT_COMPARE[op_kind(op)], a, b)
+        widened = fb.fresh()
+        fb.emit(f"{widened} = arith.extui {flag} : i1 to i64")
+        self.values[op.results[0]] = _Lowered("bool", widened)
+
+    @lowers("torch.aten.Int.bool")
+    def _int_of_bool(self, op: ir.Operation) -> None:
+        # The importer wraps a bool used as a number (x * flag); it stays a bool-kinded Scalar so the
+        # operator sees what eager passes (a bool Scalar: bool tensor * True stays bool).
+        self.values[op.results[0]] = _Lowered("bool", self.values[op.operands[0]].ssa)
+
+    @lowers(*_FLOAT_BINARY)
+    def _float_binary(self, op: ir.Operation) -> None:
+        """Python's float + - * / on doubles: IEEE arithmetic, except that / by a zero raises."""
+        kind = op_kind(op)
+        a, b = (self._float(v) for v in op.operands)
+        if kind == "torch.aten.div.float":
+            nonzero = self.fb.fresh("ok")
+            self.fb.emit(f"{nonzero} = arith.cmpf une, {b}, {self.fb.const(0.0, F64)} : f64")
+            self._raise_unless(nonzero, abi.EXC_ZERO_DIVISION, "float division by zero")
+        self.values[op.results[0]] = _Lowered("float", self.fb.binary(_FLOAT_BINARY[kind], a, b, F64))
+
+    @lowers("torch.aten.neg.float")
+    def _neg_float(self, op: ir.Operation) -> None:
+        negated = self.fb.fresh()
+        self.fb.emit(f"{negated} = arith.negf {self._float(op.operands[0])} : f64")
+        self.values[op.results[0]] = _Lowered("float", negated)
+
+    @lowers("torch.aten.Float.Scalar")
+    def _float_of_scalar(self, op: ir.Operation) -> None:
+        self.values[op.results[0]] = _Lowered("float", self._float(op.operands[0]))
+
+    @lowers("torch.aten.size.int", "torch.aten.stride.int")
+    def _size_or_stride(self, op: ir.Operation) -> None:
+        tensor = self.values[op.operands[0]]
+        dim = self._int(op.operands[1])
+        extern = abi.TENSOR_SIZE if op_kind(op) == "torch.aten.size.int" else abi.TENSOR_STRIDE
+        value = self.fb.call(extern, [tensor.ssa, self._normalized_dim(op, dim)])
+        assert value is not None
+        self.values[op.results[0]] = _Lowered("int", value)
+
+    @lowers("torch.aten.numel")
+    def _numel(self, op: ir.Operation) -> None:
+        fb = self.fb
+        tensor = self.values[op.operands[0]]
+        count = fb.const(1)
+        for d in range(_rank(op.operands[0].type)):
+            size = fb.call(abi.TENSOR_SIZE, [tensor.ssa, fb.const(d)])
+            assert size is not None
+            count = fb.binary("muli", count, size)
+        self.values[op.results[0]] = _Lowered("int", count)
+
+    @lowers("torch.aten.storage_offset")
+    def _storage_offset(self, op: ir.Operation) -> None:
+        value = self.fb.call(abi.TENSOR_STORAGE_OFFSET, [self.values[op.operands[0]].ssa])
+        assert value is not None
+        self.values[op.results[0]] = _Lowered("int", value)
+
+    @lowers(SCALAR_OP_PREFIX, prefix=True)
+    def _scalar_builtin(self, op: ir.Operation) -> None:
+        fn = op_kind(op).removeprefix(SCALAR_OP_PREFIX)
+        operands = [(self.values[v].kind, self.values[v].ssa) for v in op.operands]
+        kind, value = lower_scalar_op(self.fb, fn, operands, self._raise_unless)
+        self.values[op.results[0]] = _Lowered(kind, value)
+
+    @lowers("torch.constant.", prefix=True)
+    def _constant(self, op: ir.Operation) -> None:
+        self.values[op.results[0]] = self._constant_value(op)
+
+    def _constant_value(self, op: ir.Operation) -> _Lowered:
         fb = self.fb
         kind = op.name.removeprefix("torch.constant.")
         attr = op.attributes["value"] if "value" in op.attributes else None
@@ -312,15 +373,6 @@ class HostProgramLowering:
         self.fb.emit(f"{converted} = arith.sitofp {self._int(value)} : i64 to f64")
         return converted
 
-    def _float_binary(self, name: str, op: ir.Operation) -> str:
-        """Python's float + - * / on doubles: IEEE arithmetic, except that / by a zero raises."""
-        a, b = (self._float(v) for v in op.operands)
-        if name == "torch.aten.div.float":
-            nonzero = self.fb.fresh("ok")
-            self.fb.emit(f"{nonzero} = arith.cmpf une, {b}, {self.fb.const(0.0, F64)} : f64")
-            self._raise_unless(nonzero, abi.EXC_ZERO_DIVISION, "float division by zero")
-        return self.fb.binary(_FLOAT_BINARY[name], a, b, F64)
-
     def _normalized_dim(self, op: ir.Operation, dim: str) -> str:
         """dim + rank for negative dims (the rank is static in the tensor's type)."""
         rank = _rank(op.operands[0].type)
@@ -330,6 +382,7 @@ class HostProgramLowering:
         fb.emit(f"{name} = arith.select {negative}, {fb.binary('addi', dim, fb.const(rank))}, {dim} : i64")
         return name
 
+    @lowers("torch.prim.NumToTensor.Scalar")
     def _scalar_tensor(self, op: ir.Operation) -> None:
         fb = self.fb
         value = self.values[op.operands[0]]
@@ -400,6 +453,7 @@ class HostProgramLowering:
             else:
                 self.values[result] = handles[0]
 
+    @lowers(LAUNCH_OP_PREFIX, prefix=True)
     def _triton_launch(self, op: ir.Operation) -> None:
         """A launch on CUDA tensors goes through its native TritonLaunch (cuLaunchKernel for specializations
         Triton compiled already, Triton's launcher otherwise); on CPU tensors, through the RecordedLaunch
@@ -479,7 +533,7 @@ class HostProgramLowering:
         if value.kind == "list":
             n = len(value.items)
             if value.elem in ("!torch.list<int>", "!torch.list<bool>"):
-                return abi.TAG_INT_LIST | (n << 8), _ptr_to_int(fb, self._int_array(value.items))
+                return abi.TAG_INT_LIST | (n << abi.ARG_LENGTH_SHIFT), _ptr_to_int(fb, self._int_array(value.items))
             array = fb.alloca(n, PTR, "tensors")
             optional = "optional" in value.elem
             for i, item in enumerate(value.items):
@@ -488,7 +542,7 @@ class HostProgramLowering:
                     raise exc.LoweringError(f"unsupported list element {item.kind} in {value.elem}")
                 fb.store(handle, PTR, fb.gep(array, i, PTR))
             tag = abi.TAG_OPT_TENSOR_LIST if optional else abi.TAG_TENSOR_LIST
-            return tag | (n << 8), _ptr_to_int(fb, array)
+            return tag | (n << abi.ARG_LENGTH_SHIFT), _ptr_to_int(fb, array)
         raise exc.LoweringError(f"cannot pass a {value.kind} ({operand.type}) to an operator")
 
     def _int_of(self, item: _Lowered) -> str:
@@ -517,13 +571,13 @@ class HostProgramLowering:
         fb.store(result, PTR, "%result")
         for lowered in list(self.values.values()):
             self._release(lowered)
-        fb.ret(fb.const(0, "i32"))
+        fb.ret(fb.const(abi.OK, I32))
 
     def _build(self, tree: OutputTree, returned: list[_Lowered]) -> tuple[str, int]:
         """A new reference to the Python value of `tree`, and its slot in the temps table."""
         fb = self.fb
         if tree.kind in ("tuple", "list"):
-            kind = 1 if tree.kind == "tuple" else 2
+            kind = abi.SEQ_TUPLE if tree.kind == "tuple" else abi.SEQ_LIST
             seq = fb.call(abi.SEQUENCE_NEW, [fb.const(kind), fb.const(len(tree.children))])
             assert seq is not None
             seq_slot = self._temp(seq)
@@ -628,13 +682,14 @@ def _ptr_to_int(fb: FunctionBuilder, ptr: str) -> str:
 
 
 def _device_code(text: str) -> int:
+    """The runtime's code of a device (trident_runtime.h, TRIDENT_TAG_DEVICE)."""
     import torch
 
     from .lower_guards import device_type_code
 
     device = torch.device(text)
-    index = 0xFFFF if device.index is None else device.index
-    return (device_type_code(device.type) << 16) | index
+    index = abi.DEVICE_CODE_NO_INDEX if device.index is None else device.index
+    return (device_type_code(device.type) << abi.DEVICE_CODE_TYPE_SHIFT) | index
 
 
 def _result_count(op: ir.Operation, result: ir.Value) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch_mlir import ir
 
+from .. import abi
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
 from .aliasing import escapes
 
@@ -118,8 +119,8 @@ def emit_pooled(
     elif kind == "empty_like":
         dtype, device = args[1], args[3]
         status = fb.call(POOL_EMPTY_LIKE, [
-            pool, fb.const(site), operand_ssa(op.operands[0]), fb.const(-1 if dtype is None else dtype),  # type: ignore[arg-type]
-            fb.const(-1 if device is None else device_code(device)), out,  # type: ignore[arg-type]
+            pool, fb.const(site), operand_ssa(op.operands[0]), fb.const(abi.POOL_LIKE_INPUT if dtype is None else dtype),  # type: ignore[arg-type]
+            fb.const(abi.POOL_LIKE_INPUT if device is None else device_code(device)), out,  # type: ignore[arg-type]
         ])  # fmt: skip
     else:
         sizes = op.operands[0]

@@ -1,42 +1,38 @@
-"""The compiler's view of csrc/trident_runtime.h: the externs generated code calls, tags and offsets.
+"""The compiler's view of csrc/trident_runtime.h: the externs generated code calls, and the layout of the structs
+it indexes. The header's codes (TAG_*, FLAG_*, EXC_*, SEQ_*, OK, ...) are attributes here too, as trident.abi
+reads them from the header.
 
-Keep in sync with the header; tests/runtime check the numbers against the built library."""
+tests/runtime check the externs and the layout against the header and the built library."""
 from __future__ import annotations
 
+from .. import abi as _header
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern
 
+
+def __getattr__(name: str) -> int:
+    """A code of the header: abi.TAG_TENSOR is trident.abi.TAG_TENSOR (TRIDENT_TAG_TENSOR)."""
+    return getattr(_header, name)
+
+
 # TridentSpecContext field indices (8-byte fields)
-CTX_OPS = 0
-CTX_CONSTANTS = 1
+_CTX = _header.struct_fields("TridentSpecContext")
+CTX_OPS = _CTX.index("ops")
+CTX_CONSTANTS = _CTX.index("constants")
 
-# TridentTensorMeta field indices (8-byte fields)
-META_TYPE_TAG = 0
-META_DTYPE = 1
-META_DEVICE_TYPE = 2
-META_DEVICE_INDEX = 3
-META_DIM = 4
-META_STORAGE_OFFSET = 5
-META_DATA_PTR = 6
-META_FLAGS = 7
-META_SIZES = 8
-META_STRIDES = 9
-META_HANDLE = 10
-META_FIELDS = 11
-
-FLAG_REQUIRES_GRAD = 1
-FLAG_CONJ = 2
-FLAG_NEG = 4
-
-TAG_NONE = 0
-TAG_TENSOR = 1
-TAG_INT = 2
-TAG_DOUBLE = 3
-TAG_BOOL = 4
-TAG_INT_LIST = 5
-TAG_TENSOR_LIST = 6
-TAG_OPT_TENSOR_LIST = 7
-TAG_STRING = 8
-TAG_DEVICE = 9
+# TridentTensorMeta field indices (8-byte fields): META_DTYPE is the index of field `dtype`
+_META = _header.struct_fields("TridentTensorMeta")
+META_TYPE_TAG = _META.index("type_tag")
+META_DTYPE = _META.index("dtype")
+META_DEVICE_TYPE = _META.index("device_type")
+META_DEVICE_INDEX = _META.index("device_index")
+META_DIM = _META.index("dim")
+META_STORAGE_OFFSET = _META.index("storage_offset")
+META_DATA_PTR = _META.index("data_ptr")
+META_FLAGS = _META.index("flags")
+META_SIZES = _META.index("sizes")
+META_STRIDES = _META.index("strides")
+META_HANDLE = _META.index("handle")
+META_FIELDS = len(_META)
 
 READ_TENSOR = Extern("trident_read_tensor", (PTR, PTR), I32)
 READ_INT = Extern("trident_read_int", (PTR, PTR), I32)
@@ -71,11 +67,6 @@ BOX_BOOL = Extern("trident_box_bool", (I64,), PTR)
 SEQUENCE_NEW = Extern("trident_sequence_new", (I64, I64), PTR)
 SEQUENCE_SET = Extern("trident_sequence_set", (PTR, I64, PTR), None)
 DECREF = Extern("trident_decref", (PTR,), None)
-
-# trident_runtime.h TRIDENT_EXC_* kinds raised by generated code itself
-EXC_VALUE = 2  # math domain errors of symbolic floats (symbolic_ints.lower_scalar_op)
-EXC_ZERO_DIVISION = 6
-EXC_OVERFLOW = 7
 
 GUARD_RESULT = I32
 RUN_RESULT = I32

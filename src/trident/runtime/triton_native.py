@@ -32,11 +32,12 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger("trident")
+from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_runtime.h
+    KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE,
+    PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
+)  # fmt: skip
 
-# Numbering shared with csrc/triton_launch.cpp.
-KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE = range(5)
-PARAM_POINTER, PARAM_INT, PARAM_FP32, PARAM_FP64, PARAM_LITERAL = range(5)
+log = logging.getLogger("trident")
 
 # Triton versions whose CUDA launch ABI csrc/triton_launch.cpp follows, read from each release's
 # backends/nvidia/driver.py + driver.c (the launcher) and compiler/compiler.py (CompiledKernel). What was checked,
@@ -181,7 +182,10 @@ class RegisteredVariant:
 
 def add_variant(launch: Any, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
     """Hand one compiled variant to the site's TritonLaunch, and remember the call on its plan."""
+    from trident.runtime import load_runtime
+
     a = arguments
+    load_runtime().watch_launch_hooks(*_hook_lists())  # the chains now installed (Triton may have replaced them)
     launch.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
     launch.plan.variants.append(RegisteredVariant(arguments, compiled))
 
@@ -303,6 +307,16 @@ def launch_arguments(launch: Any, kernel: Any, kwargs: Mapping[str, Any]) -> tup
             for name, heuristic in wrapper.values.items():
                 args[name] = concrete[name] = heuristic(dict(concrete))
     return args, grid_index
+
+
+def _hook_lists() -> tuple[list[Any] | None, list[Any] | None]:
+    """The `calls` lists of Triton's launch enter/exit HookChains (Triton 3.6-3.9), None where there is none:
+    native launches check their sizes (csrc watch_launch_hooks) and go through Triton's launcher while one is set."""
+    from triton import knobs as triton_knobs
+
+    chains = (triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook)
+    lists = tuple(getattr(chain, "calls", None) for chain in chains)
+    return tuple(calls if isinstance(calls, list) else None for calls in lists)  # type: ignore[return-value]
 
 
 def launch_hooks_active() -> bool:
