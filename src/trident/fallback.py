@@ -140,7 +140,7 @@ def report_fallback(function: str, reason: str) -> None:
         _recent.append(event)
         for seen in _collectors:
             seen.append(event)
-        # A global count of open blocks, not a thread-local one: threads a test starts are covered by its block.
+        # The open blocks are global, not per thread: threads a test starts are covered by its block.
         unexpected = knobs.strict and not _collectors
         if unexpected:
             _unexpected.append(event)

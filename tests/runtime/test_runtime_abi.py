@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Iterator
 
 import pytest
 import torch
+from global_state import default_dtype
 
 from trident import abi
 from trident.lowering import runtime_abi
@@ -51,7 +51,7 @@ def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: 
     contexts = {
         "default": contextlib.nullcontext, "no_grad": torch.no_grad, "inference": torch.inference_mode,
         "autocast_bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
-        "float64": lambda: _default_dtype(torch.float64), "no_torch_function": torch._C.DisableTorchFunction,
+        "float64": lambda: default_dtype(torch.float64), "no_torch_function": torch._C.DisableTorchFunction,
     }  # fmt: skip
     with contexts[state]():
         assert lib.trident_global_state() == current_global_state()
@@ -67,11 +67,3 @@ def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: 
     assert text == expected[state]
 
 
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(saved)

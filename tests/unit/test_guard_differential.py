@@ -28,13 +28,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
+from global_state import default_dtype
 from torch import nn
 
 import trident
@@ -153,24 +155,11 @@ def change_value(value: object, rng: random.Random) -> object:
 # Fuzzed changes of the global state (each a context manager factory)
 
 
-def _default_dtype(dtype: torch.dtype) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    @contextlib.contextmanager
-    def scope() -> Iterator[None]:
-        saved = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(saved)
-
-    return scope
-
-
 GLOBAL_STATES: list[tuple[str, Callable[[], contextlib.AbstractContextManager[object]]]] = [
     ("grad on", lambda: torch.enable_grad()),
     ("inference mode", lambda: torch.inference_mode()),
-    ("default dtype float64", _default_dtype(torch.float64)),
-    ("default dtype bfloat16", _default_dtype(torch.bfloat16)),
+    ("default dtype float64", functools.partial(default_dtype, torch.float64)),
+    ("default dtype bfloat16", functools.partial(default_dtype, torch.bfloat16)),
     ("cpu autocast bfloat16", lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
     ("cpu autocast float16", lambda: torch.autocast("cpu", dtype=torch.float16)),
     ("with torch.device('cpu')", lambda: torch.device("cpu")),

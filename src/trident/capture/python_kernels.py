@@ -181,7 +181,8 @@ class _Capturing(threading.local):
 
 
 _capturing = _Capturing()
-_BACKEND_KEYS = {"CPU", "CUDA", "XPU", "MPS", "HIP", "CompositeExplicitAutograd"}
+_DEVICE_TYPES = {"CPU": "cpu", "CUDA": "cuda", "XPU": "xpu", "MPS": "mps", "HIP": "hip"}  # backend key -> device
+_BACKEND_KEYS = {*_DEVICE_TYPES, "CompositeExplicitAutograd"}  # the keys kernel_for finds Python kernels at
 
 
 class CaptureRegistrations:
@@ -307,19 +308,10 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
     opdef = _custom_op(name)
     if not known and opdef is None:
         return None
-    try:
-        row = _rows(torch._C._dispatch_dump_table(name)).get(backend_key)
-    except RuntimeError:
+    found = _backend_kernel(name, backend_key)
+    if found is None:
         return None
-    if row is None:
-        return None
-    location, rest = row
-    if rest.strip() == "[kernel]":
-        registered_key = backend_key
-    elif rest.strip() == "[default backend kernel]":
-        registered_key = "CompositeExplicitAutograd"
-    else:
-        return None
+    location, registered_key = found
     with _lock:
         entries = list(_registrations.get((name, registered_key), ()))
     for entry in reversed(entries):  # the newest registration of a live library wins, as in the dispatcher
@@ -340,18 +332,30 @@ def kernel_for(op: torch._ops.OpOverload, backend_key: str) -> Kernel | None:
     return None
 
 
+def _backend_kernel(name: str, backend_key: str) -> tuple[str, str] | None:
+    """(where it was registered, the key it was registered at) of the kernel the dispatcher runs for op `name` on
+    `backend_key`: one registered at that key, or a CompositeExplicitAutograd one as its default backend kernel.
+    None for anything else (a fallthrough, a composite implicit decomposition, no kernel)."""
+    try:
+        row = _rows(torch._C._dispatch_dump_table(name)).get(backend_key)
+    except RuntimeError:
+        return None
+    if row is None:
+        return None
+    location, rest = row
+    registered_key = {"[kernel]": backend_key, "[default backend kernel]": "CompositeExplicitAutograd"}.get(rest.strip())
+    return (location, registered_key) if registered_key is not None else None
+
+
 _PYTHON_LOCATION = re.compile(r"registered at (?P<where>\S+\.py:\d+|<[^>]+>:\d+)$")
 
 
 def unreadable_python_kernel(op: torch._ops.OpOverload, backend_key: str) -> str | None:
     """Why `op` stays opaque on `backend_key` when the dispatcher runs a Python kernel there that kernel_for
     could not identify (registered before `import trident`, so never noted), or None when it runs native code."""
-    try:
-        row = _rows(torch._C._dispatch_dump_table(op_name(op))).get(backend_key)
-    except RuntimeError:
-        return None
-    match = _PYTHON_LOCATION.match(row[0]) if row else None
-    if match is None or row[1].strip() not in ("[kernel]", "[default backend kernel]"):
+    found = _backend_kernel(op_name(op), backend_key)
+    match = _PYTHON_LOCATION.match(found[0]) if found is not None else None
+    if match is None:
         return None
     return (f"its Python kernel for {backend_key} was registered at {match['where']} before trident was imported, "
             "and the dispatcher gives no way to read it back; import trident before the library registers it")
@@ -364,7 +368,7 @@ def _custom_op(name: str) -> Any:
 
 
 def _device_type(key: str) -> str:
-    return {"CPU": "cpu", "CUDA": "cuda", "XPU": "xpu", "MPS": "mps", "HIP": "hip"}.get(key, key.lower())
+    return _DEVICE_TYPES.get(key, key.lower())
 
 
 # ---------------------------------------------------------------------------------------------------------

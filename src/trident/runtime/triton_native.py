@@ -309,23 +309,24 @@ def launch_arguments(launch: Any, kernel: Any, kwargs: Mapping[str, Any]) -> tup
     return args, grid_index
 
 
-def _hook_lists() -> tuple[list[Any] | None, list[Any] | None]:
-    """The `calls` lists of Triton's launch enter/exit HookChains (Triton 3.6-3.9), None where there is none:
-    native launches check their sizes (csrc watch_launch_hooks) and go through Triton's launcher while one is set."""
+def _hook_chains() -> tuple[Any, Any]:
+    """Triton's launch enter and exit hooks: HookChain objects in Triton 3.6-3.9."""
     from triton import knobs as triton_knobs
 
-    chains = (triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook)
-    lists = tuple(getattr(chain, "calls", None) for chain in chains)
+    return triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook
+
+
+def _hook_lists() -> tuple[list[Any] | None, list[Any] | None]:
+    """The chains' `calls` lists, None where there is none: native launches check their sizes (csrc
+    watch_launch_hooks) and go through Triton's launcher while one is set."""
+    lists = tuple(getattr(chain, "calls", None) for chain in _hook_chains())
     return tuple(calls if isinstance(calls, list) else None for calls in lists)  # type: ignore[return-value]
 
 
 def launch_hooks_active() -> bool:
     """Whether Triton has launch enter/exit hooks (profilers such as proton add them): native launches
     would bypass them."""
-    from triton import knobs as triton_knobs
-
-    hooks = (triton_knobs.runtime.launch_enter_hook, triton_knobs.runtime.launch_exit_hook)
-    return any(getattr(hook, "calls", hook is not None) for hook in hooks)  # Triton 3.6: HookChain objects
+    return any(getattr(hook, "calls", hook is not None) for hook in _hook_chains())
 
 
 def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], operands: Sequence[object]) -> None:
