@@ -9,5 +9,23 @@ from .knobs import knobs
 
 _python_kernels.watch()  # from import on, Python kernels registered for operators are known to capture
 
-__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache"]
+
+
+def export(fn: object, path: str) -> list[object]:
+    """Write the specializations of the jitted function `fn` under `path` (cache/export.py); returns the records
+    written. A fresh process that calls trident.load(path) serves its first matching call natively."""
+    from .cache.export import export as write
+
+    return write(fn, path)  # type: ignore[return-value]
+
+
+def load(path: str) -> int:
+    """Look up compiled specializations in the export at `path` too (cache/export.py); returns how many it holds.
+    Each is checked as a disk-cache record is: one that does not match compiles."""
+    from .cache.export import load as add
+
+    return add(path)
+
+
+__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load"]
 __version__ = "0.1.0"

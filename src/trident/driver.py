@@ -21,6 +21,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,9 +36,11 @@ from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
 from .knobs import knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
-from .lowering.pipeline import CompiledSpecialization, compile_specialization
+from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
+from .lowering.symbolic_ints import SCALAR_LOWERING
 from .capture.int64_ranges import int64_overflow, int64_range_guards
+from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
 
 log = logging.getLogger("trident")
@@ -63,11 +66,17 @@ class Specialization:
     index: int
     guards: GuardSet
     facts: CallFacts
-    trace: Trace
+    trace: Trace | None  # None when loaded from the disk cache (no capture ran)
     compiled: CompiledSpecialization
     compile_seconds: float
+    n_trace_constants: int  # compiled.constants[:n] are the trace's tensor constants (guard paths (-1, (i,)))
     origin: str = "compiled"  # or "loaded from the disk cache" (trident.cache)
     disk_cache: str = ""  # "persisted" or "not persisted: <why>" (trident.cache; empty when it is off)
+    disk_record: Path | None = None  # its record in the disk cache, persisted or loaded (trident.export copies it)
+
+    @property
+    def trace_constants(self) -> list[object]:
+        return self.compiled.constants[: self.n_trace_constants]
 
 
 def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object]]:
@@ -128,7 +137,6 @@ class JitFunction:
 
                 runtime = load_runtime()  # builds the runtime the first time, once per torch version
                 self._runtime_library = str(runtime_library_path())
-                self._context_type = runtime.Context
                 entry = runtime.Entry(self.name, self.on_miss, tuple(self.param_names), self.n_positional, self._defaults)
                 functools.update_wrapper(entry, self.fn)  # type: ignore[arg-type]
                 entry._trident = self
@@ -190,7 +198,7 @@ class JitFunction:
         if not hit:
             # A Trident bug (the guards reject the call they were compiled for), but nothing ran yet: eager is
             # still correct. Remembered, so the same inputs do not compile again.
-            reason = first_failure(spec.guards, values, spec.trace.constants)
+            reason = first_failure(spec.guards, values, spec.trace_constants)
             with self._lock:
                 eager = self._remember_eager(facts, (
                     f"internal error: the specialization compiled for this call of '{self.name}' does not accept "
@@ -236,7 +244,7 @@ class JitFunction:
         for spec in self.specializations:  # a miss of one only because an int it computes leaves int64
             if not _same_structure(spec.facts, facts):
                 continue
-            overflow = int64_overflow(spec.guards, values, spec.trace.constants)
+            overflow = int64_overflow(spec.guards, values, spec.trace_constants)
             if overflow is not None:
                 return (
                     f"'{self.name}' computes {overflow} for this call, which leaves int64 (compiled code computes "
@@ -266,7 +274,7 @@ class JitFunction:
         same = [s for s in self.specializations if _same_structure(s.facts, facts)]
         spec = (same or self.specializations)[-1]
         try:
-            reason = first_failure(spec.guards, values, spec.trace.constants)
+            reason = first_failure(spec.guards, values, spec.trace_constants)
         except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here
             reason = None
         if reason is None:
@@ -283,11 +291,17 @@ class JitFunction:
         self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
         persisted = warm_start.begin(self, values, facts)  # warm start: a specialization an earlier process stored
         if persisted.loaded is not None:
-            return persisted.loaded, None
+            loaded = persisted.loaded
+            spec = self._install(values, loaded.guards, loaded.facts, None, loaded.compiled, loaded.n_trace_constants,
+                                 loaded.seconds, origin="loaded from the disk cache")
+            persisted.loaded_as(spec)
+            return spec, None
         start = time.perf_counter()
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
-                trace = trace_function(self.fn, self.n_positional, self.param_names, values, facts, self.dynamism)
+                trace = trace_function(
+                    self.fn, self.n_positional, self.param_names, values, facts, self.dynamism, SCALAR_LOWERING
+                )
         except exc.KeptFromEarlierCapture:
             raise  # eager would compute with that capture's fake tensor: the user must move the cache out
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
@@ -312,9 +326,9 @@ class JitFunction:
             guards = build_guards(facts, trace, module_state.tensor_names(roots))
             guards.attributes = module_reads.guards(module_state.module_paths(roots)) + trace.see_through.guards()
             guards.relations += int64_range_guards(trace, guards)
-            compiled = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
+            artifact = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
             try:
-                context = self._context_type(compiled.ops, compiled.constants)
+                compiled = instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register
                 raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
@@ -326,11 +340,8 @@ class JitFunction:
             what = details or type(e).__name__
             self._remember_eager(facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly")
             return None, None
-        positional, keywords = self._call_args(values)
-        key = self.entry.structural_key(*positional, **keywords)
-        self.entry.add_spec(key, compiled.guard_address, compiled.run_address, context, compiled.native)
-        spec = Specialization(index, guards, facts.without_tensors(), trace, compiled, time.perf_counter() - start)
-        self.specializations.append(spec)
+        spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
+                             time.perf_counter() - start)
         with _compile_count_lock:
             _compile_count += 1
         if persisted.publishes_after_first_call(spec):
@@ -344,6 +355,20 @@ class JitFunction:
         if log_enabled("guards"):
             log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
         return spec, unpublished
+
+    def _install(
+        self, values: Sequence[object], guards: GuardSet, facts: CallFacts, trace: Trace | None,
+        compiled: CompiledSpecialization, n_trace_constants: int, seconds: float, origin: str = "compiled",
+    ) -> Specialization:  # fmt: skip
+        """Add an instantiated specialization (compiled, or loaded from the disk cache) to the entry, under the
+        structural key of the call it was made for, and to this function's list."""
+        positional, keywords = self._call_args(values)
+        key = self.entry.structural_key(*positional, **keywords)
+        self.entry.add_spec(key, compiled.guard_address, compiled.run_address, compiled.context, compiled.native)
+        spec = Specialization(len(self.specializations), guards, facts, trace, compiled, seconds, n_trace_constants,
+                              origin=origin)  # fmt: skip
+        self.specializations.append(spec)
+        return spec
 
     def _call_args(self, values: Sequence[object]) -> tuple[list[object], dict[str, object]]:
         """Bound values as a call would pass them (keyword-only parameters by keyword): same slots."""
@@ -389,7 +414,8 @@ class JitFunction:
                 f"{sum(call.endswith(PRIVATE_VIEW) for call in spec.compiled.aten_calls)} private view(s) below autograd)"
             )
             lines += [f"    {line}" for line in describe_guards(spec.guards)]
-            lines += [f"    {line}" for line in spec.trace.see_through.describe()]
+            if spec.trace is not None:
+                lines += [f"    {line}" for line in spec.trace.see_through.describe()]
             sites = collections.Counter(describe_launch_site(site) for site in spec.compiled.launch_sites)
             lines += [f"    {text}" + (f" ({n} sites)" if n > 1 else "") for text, n in sites.items()]
             pool = spec.compiled.buffer_pool

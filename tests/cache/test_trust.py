@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import trident
-from trident.cache import trust
+from trident.runtime import trust
 from trident.knobs import knobs, override
 from trident.runtime import build
 from trident.testing import count_compiles

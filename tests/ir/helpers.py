@@ -7,12 +7,13 @@ from collections.abc import Callable
 from trident.capture.guards import GuardSet, build_guards
 from trident.capture.inputs import CallFacts, describe_call
 from trident.capture.trace import Dynamism, Trace, trace_function
+from trident.lowering.symbolic_ints import SCALAR_LOWERING
 
 
 def capture(fn: Callable[..., object], *args: object, dynamism: Dynamism = Dynamism()) -> tuple[CallFacts, Trace, GuardSet]:
     names = list(inspect.signature(fn).parameters)
     facts = describe_call(names, list(args))
-    trace = trace_function(fn, len(names), names, list(args), facts, dynamism)
+    trace = trace_function(fn, len(names), names, list(args), facts, dynamism, SCALAR_LOWERING)
     return facts, trace, build_guards(facts, trace)
 
 

@@ -10,12 +10,13 @@ from trident import exc
 from trident.capture.guards import first_failure, group_alike
 from trident.capture.inputs import LeafKind, describe_call
 from trident.capture.trace import Dynamism, trace_function
+from trident.lowering.symbolic_ints import SCALAR_LOWERING
 
 
 def trace(fn, *args, dynamism=Dynamism()):  # type: ignore[no-untyped-def]
     names = list(inspect.signature(fn).parameters)
     facts = describe_call(names, list(args))
-    return facts, trace_function(fn, len(names), names, list(args), facts, dynamism)
+    return facts, trace_function(fn, len(names), names, list(args), facts, dynamism, SCALAR_LOWERING)
 
 
 def test_describe_call_walks_tuples_and_lists() -> None:

@@ -459,8 +459,8 @@ def fuzz_program(program: Program, rng: random.Random, n_inputs: int) -> Tally:
         for seed in program.seeds:
             _call(program.jitted, seed())
     assert jit.eager_calls == 0 and jit.specializations, trident.explain(program.jitted)
-    # A context per specialization (the entry's own are not kept on it): the same operators and constants.
-    contexts = [jit._context_type(spec.compiled.ops, spec.compiled.constants) for spec in jit.specializations]
+    # Each specialization's own context, the one its entry calls the guard with (instantiate made it).
+    contexts = [spec.compiled.context for spec in jit.specializations]
     tally = Tally()
     first = 0 if program.self_arg is None else 1
     for _ in range(n_inputs):

@@ -296,6 +296,7 @@ def test_explicit_wrap_triton_inside_the_context_is_recorded_once() -> None:
 def test_trident_trace_function_sees_launches() -> None:
     from trident.capture.inputs import describe_call
     from trident.capture.trace import Dynamism, trace_function
+    from trident.lowering.symbolic_ints import SCALAR_LOWERING
 
     def fn(x, y):  # type: ignore[no-untyped-def]
         return add_lambda_grid(x, y) * 2
@@ -303,7 +304,7 @@ def test_trident_trace_function_sees_launches() -> None:
     args = [torch.randn(40), torch.randn(40)]
     facts = describe_call(["x", "y"], args)
     with intercept_triton_launches():
-        t = trace_function(fn, 2, ["x", "y"], args, facts, Dynamism())
+        t = trace_function(fn, 2, ["x", "y"], args, facts, Dynamism(), SCALAR_LOWERING)
     assert len(hops(t.graph_module)) == 1
     (result,) = run_on_cpu(t.graph_module, *args)  # trace_function's graphs return a list of outputs
     torch.testing.assert_close(result, (args[0] + args[1]) * 2)

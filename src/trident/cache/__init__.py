@@ -47,7 +47,7 @@ Not covered by the key or the fingerprint (a warm start trusts these to be as th
     capture that mutates them is not detected.
 An in-process specialization trusts the same things; across processes they are likelier to differ.
 
-Trusted like code (trust.py): records unpickle and libraries load native code, so a record, a library or the
+Trusted like code (runtime/trust.py): records unpickle and libraries load native code, so a record, a library or the
 runtime is loaded only when it and every folder from the cache root down are owned by this user (or root) and
 writable by no one else, its real path is inside the cache, and no parent of the root is writable by everyone
 without the sticky bit. Otherwise: one UntrustedCacheWarning naming the path, what was found and the fix; the

@@ -20,7 +20,8 @@ A LaunchRecipe holds instead:
     TritonLaunch, so the loaded specialization's first call launches natively. A launch whose key has no stored
     variant goes to Triton's launcher and registers one, as in the compiling process.
 Rebuilding registers the kernel and the constant arguments in this process's side table and makes a fresh
-RecordedLaunch (and, for CUDA, its TritonLaunch) with the new indices.
+RecordedLaunch with the new indices: the artifact's launch-site slot. Instantiating the artifact makes its
+TritonLaunch (runtime/specialization.py, as for a fresh compile); load_variants then hands it the stored variants.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import types
 from typing import Any
 
 from ..capture.triton_launches import RecordedLaunch, compiled_form
-from ..runtime.triton_native import VariantArguments, add_variant, kernel_chain, launch_hooks_active, make_native_launch
+from ..runtime.triton_native import VariantArguments, add_variant, kernel_chain, launch_hooks_active
 from .fingerprint import code_digest
 
 
@@ -82,12 +83,6 @@ class LaunchRecipe:
     variants: list[tuple[str, VariantArguments]]  # (binary digest, add_variant arguments), in registration order
 
 
-def is_launch_site(obj: object) -> bool:
-    from ..runtime import load_runtime
-
-    return isinstance(obj, RecordedLaunch) or isinstance(obj, load_runtime().TritonLaunch)
-
-
 # Knobs JITFunction.run copies into every launch's compile options (so they shape the binaries) although they
 # are not among Triton's cache-invalidating environment variables: (knob group, name), read where present
 # (fpsan_homomorphic_casts: Triton >= 3.9).
@@ -111,11 +106,11 @@ def triton_environment() -> tuple[tuple[str, str], ...]:
 # Persisting
 
 
-def recipe_of(site: object) -> tuple[LaunchRecipe | None, str | None]:
-    """The persisted form of a launch site, or why it has none."""
+def recipe_of(launch: RecordedLaunch) -> tuple[LaunchRecipe | None, str | None]:
+    """The persisted form of a launch site (its record, with the plan and variants of its TritonLaunch on CUDA),
+    or why it has none."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
-    launch = site if isinstance(site, RecordedLaunch) else site.fallback  # type: ignore[attr-defined]
     where = f"its launch of Triton kernel '{launch.kernel_name}' cannot be persisted"
     locator = locate(kernel_side_table.get_kernel(launch.kernel_idx))
     if isinstance(locator, str):
@@ -219,9 +214,10 @@ def _stored_variants(launch: RecordedLaunch) -> tuple[dict[str, KernelBinary], l
 # Loading
 
 
-def rebuild(recipe: LaunchRecipe) -> object:
-    """The launch site of a loaded specialization: the RecordedLaunch (CPU) or its TritonLaunch with the stored
-    variants (CUDA). Raises LaunchSiteMismatch when the kernel or Triton's environment differs."""
+def rebuild(recipe: LaunchRecipe) -> RecordedLaunch:
+    """The launch record of a loaded specialization, registered in this process's side table (instantiating the
+    artifact makes its TritonLaunch on CUDA; load_variants then hands it the stored variants). Raises
+    LaunchSiteMismatch when the kernel or Triton's environment differs."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
     if triton_environment() != recipe.environment:
@@ -240,16 +236,21 @@ def rebuild(recipe: LaunchRecipe) -> object:
         tma_descriptor_metadata=dict(recipe.tma_descriptor_metadata), kwargs=dict(recipe.kwargs),
         operand_kinds=list(recipe.operand_kinds), device_type=recipe.device_type,
     )  # fmt: skip
-    if launch.device_type != "cuda":
-        return launch
-    native = make_native_launch(launch)
+    return launch
+
+
+def load_variants(site: object, recipe: LaunchRecipe) -> None:
+    """Hand the stored variants to the instantiated launch site of a CUDA launch (nothing to do on CPU). Raises
+    LaunchSiteMismatch when the kernel specializes on other operands here than when it was compiled."""
+    if recipe.device_type != "cuda":
+        return
+    launch = site.fallback  # type: ignore[attr-defined]  # the TritonLaunch's record (make_native_launch)
     if tuple(tuple(k) for k in launch.plan.key_spec) != recipe.key_spec:
         raise LaunchSiteMismatch(
             f"kernel '{recipe.kernel_name}' specializes on other operands here ({launch.plan.key_spec} now, "
             f"{list(recipe.key_spec)} when compiled)"
         )
     _load_variants(launch, recipe)
-    return native
 
 
 def find_kernel(locator: KernelLocator) -> Any:

@@ -12,7 +12,7 @@ A record holds what a new process needs to use the library without capture:
 File format: MAGIC, a 32-byte BLAKE2b digest of the payload, then the payload (a pickle). The digest is
 checked before unpickling, so a truncated or corrupt file is recognised (and removed) without running the
 unpickler on garbage. Pickle, because guards hold sympy expressions; so the cache is trusted like code, and a
-record is read only from files and folders only their owner can write (trust.py, checked by store.py).
+record is read only from files and folders only their owner can write (runtime/trust.py, checked by store.py).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ library, unless eviction or clear() removed it since, which a reader treats as a
 Corruption: a record whose digest does not match (truncated, altered, other format) or whose library is
 missing or does not match its hash is removed, and the caller compiles as if it were absent.
 
-Trust (trust.py): folders are made 0700 and files written 0600. A record or library is read only when it and
+Trust (runtime/trust.py): folders are made 0700 and files written 0600. A record or library is read only when it and
 every folder from the trust root (TRIDENT_DISK_CACHE_DIR, else TRIDENT_CACHE_DIR) down are owned by this user
 or root and writable by no one else; otherwise trust.Untrusted is raised (one warning per path) and the caller
 compiles. Nothing is published into an untrusted folder.
@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..knobs import knobs
-from . import trust
+from ..runtime import trust
 from .record import CorruptRecord, Record, decode, encode, library_digest
 
 LAYOUT = "v1"
@@ -50,7 +50,7 @@ def cache_root() -> Path:
 
 
 def trust_root() -> Path:
-    """The folder from which every folder down to a stored file must be trusted (trust.py)."""
+    """The folder from which every folder down to a stored file must be trusted (runtime/trust.py)."""
     return knobs.disk_cache_dir or knobs.cache_dir
 
 
@@ -58,7 +58,26 @@ def key_folder(key: str) -> Path:
     return cache_root() / key[:2] / key
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+# Folders written by trident.export and added by trident.load (export.py): looked up after cache_root(), each
+# its own trust root; nothing is published there.
+_exports: list[Path] = []
+
+
+def add_export(root: Path) -> None:
+    if root not in _exports:
+        _exports.append(root)
+
+
+def _export_of(path: Path) -> Path | None:
+    return next((root for root in _exports if path.is_relative_to(root / LAYOUT)), None)
+
+
+def _trust_root_of(path: Path) -> Path:
+    """The trust root of a stored file: the export it lies in, else the disk cache's."""
+    return _export_of(path) or trust_root()
+
+
+def write_atomically(path: Path, data: bytes) -> None:
     fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
@@ -80,10 +99,10 @@ def publish(key: str, record: Record, library: bytes) -> Path:
     library_path = folder / record.library
     stored = trust.trusted(library_path, trust_root())  # one someone else could have written is replaced
     if not stored or library_digest(library_path.read_bytes()) != record.library_digest:
-        _write_atomically(library_path, library)
+        write_atomically(library_path, library)
     data = encode(record)
     record_path = folder / (library_digest(data)[:40] + RECORD_SUFFIX)
-    _write_atomically(record_path, data)
+    write_atomically(record_path, data)
     return record_path
 
 
@@ -92,8 +111,15 @@ def library_name(library: bytes) -> str:
 
 
 def record_paths(key: str) -> list[Path]:
-    """The records stored for a key, most recently used first (the likeliest to match again)."""
-    folder = key_folder(key)
+    """The records stored for a key, most recently used first (the likeliest to match again); then those of each
+    loaded export."""
+    paths = _record_paths(key_folder(key))
+    for root in _exports:
+        paths += _record_paths(root / LAYOUT / key[:2] / key)
+    return paths
+
+
+def _record_paths(folder: Path) -> list[Path]:
     try:
         entries = [e for e in os.scandir(folder) if e.name.endswith(RECORD_SUFFIX) and not e.name.startswith(".")]
     except FileNotFoundError:
@@ -108,7 +134,7 @@ def record_paths(key: str) -> list[Path]:
 def read_record(path: Path) -> Record | None:
     """The record at `path`, or None if it vanished meanwhile; raises CorruptRecord for a damaged one and
     trust.Untrusted for one someone else could have written."""
-    trust.check(path, trust_root())
+    trust.check(path, _trust_root_of(path))
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -120,7 +146,7 @@ def read_library(path: Path, record: Record) -> Path:
     """The path of the record's library after checking its bytes; raises CorruptRecord if missing or altered,
     trust.Untrusted if someone else could have written it."""
     library_path = path.parent / record.library
-    trust.check(library_path, trust_root())
+    trust.check(library_path, _trust_root_of(library_path))
     try:
         data = library_path.read_bytes()
     except FileNotFoundError as e:
@@ -131,7 +157,9 @@ def read_library(path: Path, record: Record) -> Path:
 
 
 def remove(path: Path, record: Record | None = None) -> None:
-    """Remove a record (and, when known, its library): corrupt or evicted."""
+    """Remove a record (and, when known, its library): corrupt or evicted. An export is left as it is."""
+    if _export_of(path) is not None:
+        return
     with contextlib.suppress(OSError):
         path.unlink()
     if record is not None:
@@ -140,7 +168,9 @@ def remove(path: Path, record: Record | None = None) -> None:
 
 
 def touch(path: Path) -> None:
-    """Mark a record as used now (LRU order)."""
+    """Mark a record as used now (LRU order; not in an export)."""
+    if _export_of(path) is not None:
+        return
     with contextlib.suppress(OSError):
         os.utime(path)
 

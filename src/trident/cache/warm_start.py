@@ -4,7 +4,7 @@ driver.JitFunction._compile, after deciding dynamism:
 
     session = warm_start.begin(jit, values, facts)
     if session.loaded is not None:          # a record whose checks and native guard accept this call
-        return session.loaded               # no capture, lowering or LLVM
+        install session.loaded              # no capture, lowering or LLVM
     with session.recording_code():          # the user code that runs during capture (code_deps.py)
         trace = trace_function(...)
     ... lower, JIT, add to the entry ...
@@ -20,7 +20,9 @@ gives the same state fingerprint and finds a tensor at each constant's provenanc
 call and those constants (in Python, before its library is loaded); its library loads and its operators
 resolve; then its native guard accepts this call's arguments. Launch sites are rebuilt only for a record whose
 Python guards accepted the call (rebuilding imports kernel modules, hashes kernels and loads CUDA binaries).
-Only then does it join the entry (Entry.add_spec), exactly as a compiled one would. Anything that fails is a
+A record becomes an Artifact (trident/artifact.py) whose slots are resolved in this process, instantiated by the
+same runtime function as a fresh compile (runtime/specialization.py); the driver installs it as it installs a
+compiled one (driver.JitFunction._install). Anything that fails is a
 miss for that record: the call compiles normally, and TRIDENT_LOG=cache says why.
 
 The fingerprint of the state reachable from the function's own roots is taken before capture and again after:
@@ -31,35 +33,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
-from ..capture.guards import ABSENT, AttributeGuard, GuardSet, first_failure, leaf_value
-from ..capture.inputs import CallFacts, LeafKind, LeafPath
+from ..artifact import Artifact
+from ..capture.guards import GuardSet, first_failure
+from ..capture.inputs import CallFacts
 from ..capture.trace import Trace
 from ..knobs import knobs, log_enabled
-from ..lowering.pipeline import CompiledSpecialization
-from ..lowering.pooled_allocations import is_buffer_pool, new_buffer_pool
-from . import code_deps, launch_sites, store, trust
-from .fingerprint import StateWalk, Unfingerprintable, format_path, is_library_module
+from ..runtime import trust
+from ..runtime.specialization import CompiledSpecialization, instantiate
+from . import code_deps, launch_sites, store
+from .fingerprint import StateWalk, Unfingerprintable
 from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
 from .provenance import Root, argument_roots, function_roots, walk_roots
-from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, ObjectAt, Record, library_digest, strip_live_objects
-
-if TYPE_CHECKING:
-    from ..driver import JitFunction, Specialization
+from .record import CorruptRecord, Record, library_digest, strip_live_objects
+from .slots import (
+    Rejected, bind_attributes, bind_identity_objects, constant_recipes, persisted_attributes, resolve_slots,
+)  # fmt: skip
 
 log = logging.getLogger("trident")
-
-CREATED_CONSTANT_LIMIT = 4096  # elements: a trace-created constant larger than a literal is not stored by value
-
 
 @dataclasses.dataclass
 class Stats:
@@ -72,7 +71,7 @@ class Stats:
     rejected: int = 0  # records whose checks or guard did not accept a call
     corrupt: int = 0  # records removed as truncated or altered
     write_failures: int = 0  # publishes the file system refused (the first one is logged as a warning)
-    untrusted: int = 0  # records not read and publishes not written: someone else could write there (trust.py)
+    untrusted: int = 0  # records not read and publishes not written: someone else could write there (runtime/trust.py)
     triton_binaries_loaded: int = 0  # distinct Triton binaries (cubins) loaded for loaded specializations
     triton_binary_load_ms: float = 0.0  # the time that took (a warm start's share that is Triton's loader's)
 
@@ -83,6 +82,42 @@ stats = Stats()
 def _log(message: str, *args: object) -> None:
     if log_enabled("cache"):
         log.warning("trident: cache: " + message, *args)
+
+
+class JitFunction(Protocol):
+    """What the disk cache reads of a jitted function (driver.JitFunction)."""
+
+    fn: Any
+    name: str
+    param_names: list[str]
+    n_positional: int
+    dynamism: Any
+    _runtime_library: str
+
+
+class Specialization(Protocol):
+    """What the disk cache reads and writes of an installed specialization (driver.Specialization)."""
+
+    index: int
+    guards: GuardSet
+    facts: CallFacts
+    trace: Trace | None
+    compiled: CompiledSpecialization
+    compile_seconds: float
+    disk_cache: str
+    disk_record: Path | None
+
+
+@dataclasses.dataclass
+class Loaded:
+    """A persisted specialization instantiated for this call, for the driver to install (driver._install)."""
+
+    compiled: CompiledSpecialization
+    guards: GuardSet
+    facts: CallFacts
+    n_trace_constants: int
+    seconds: float  # from the start of the record's checks to here
+    path: Path  # its record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +137,7 @@ class Session:
     fn_roots: list[Root] = dataclasses.field(default_factory=list)
     state_before: str | None = None  # fingerprint of the fn_roots state before capture
     reason: str | None = None  # why nothing is loaded or persisted for this miss (None: both are tried)
-    loaded: Specialization | None = None
+    loaded: Loaded | None = None
     recorder: code_deps.CodeRecorder = dataclasses.field(default_factory=code_deps.CodeRecorder)
     captured_state: _CapturedState | str | None = None  # snapshot_state(): the state right after capture, or why not
 
@@ -135,6 +170,15 @@ class Session:
             return "the function changed Python state it closes over while it was captured"
         walk = walk_roots(dep_roots, self.jit.fn, self.values, walk)  # continues: the digest covers all the roots
         return _CapturedState(deps, self.fn_roots + dep_roots, walk)
+
+    def loaded_as(self, spec: Specialization) -> None:
+        """The driver installed `loaded` as `spec`."""
+        assert self.jit is not None and self.loaded is not None
+        store.touch(self.loaded.path)
+        spec.disk_record = self.loaded.path
+        stats.loads += 1
+        _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, self.jit.name, self.loaded.path,
+             spec.compile_seconds * 1e3)
 
     def publishes_after_first_call(self, spec: Specialization) -> bool:
         """Whether `spec` is published after its first call (see the module docstring) rather than at once."""
@@ -181,6 +225,7 @@ class Session:
     def _publish(self, spec: Specialization) -> str | None:
         assert self.jit is not None and self.key is not None
         jit, trace, compiled = self.jit, spec.trace, spec.compiled
+        assert trace is not None  # only compiled specializations are published
         reason = _collective_reason(trace)
         if reason is not None:
             return reason
@@ -191,10 +236,11 @@ class Session:
         if isinstance(state, str):
             return state
         deps, roots, walk = state.code_dependencies, state.roots, state.walk
-        recipes, reason = _constant_recipes(spec, walk)
+        assert compiled.artifact is not None
+        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.slots, walk)
         if reason is not None:
             return reason
-        attributes, reason = _persisted_attributes(spec.guards, walk)
+        attributes, reason = persisted_attributes(spec.guards, walk)
         if reason is not None:
             return reason
         start = time.perf_counter()
@@ -219,7 +265,7 @@ class Session:
             guards=guards, facts=facts, outputs=trace.outputs, roots=roots, state_digest=walk.digest(),
             code_dependencies=deps,
         )  # fmt: skip
-        path = store.publish(self.key, record, library)
+        path = spec.disk_record = store.publish(self.key, record, library)
         evicted = store.evict()
         stats.stores += 1
         _log(
@@ -257,11 +303,7 @@ def begin(jit: JitFunction, values: Sequence[object], facts: CallFacts) -> Sessi
 # Loading
 
 
-class _Rejected(Exception):
-    """A record that does not fit this process or call (not corrupt: kept for other processes)."""
-
-
-def _load(session: Session) -> Specialization | None:
+def _load(session: Session) -> Loaded | None:
     assert session.jit is not None and session.key is not None
     walks: dict[tuple[Root, ...], StateWalk] = {}  # what one miss computes once for all the records it reads
     code_indexes: dict[str, dict[tuple[str, int], str]] = {}
@@ -274,7 +316,7 @@ def _load(session: Session) -> Specialization | None:
             return _load_record(session, path, record, walks, code_indexes)
         except trust.Untrusted:  # warned already, once per path; nothing is removed there
             stats.untrusted += 1
-        except _Rejected as e:
+        except Rejected as e:
             stats.rejected += 1
             _log("record %s of '%s' does not fit: %s", path.name, session.jit.name, e)
         except CorruptRecord as e:
@@ -291,158 +333,55 @@ def _load(session: Session) -> Specialization | None:
 def _load_record(
     session: Session, path: Path, record: Record, walks: dict[tuple[Root, ...], StateWalk],
     code_indexes: dict[str, dict[tuple[str, int], str]],
-) -> Specialization:  # fmt: skip
+) -> Loaded:  # fmt: skip
     jit = session.jit
     assert jit is not None
     start = time.perf_counter()
     reason = code_deps.verify(record.code_dependencies, code_indexes)
     if reason is not None:
-        raise _Rejected(reason)
+        raise Rejected(reason)
     roots = tuple(record.roots)
     if roots not in walks:
         try:
             walks[roots] = walk_roots(roots, jit.fn, session.values)
         except Unfingerprintable as e:
-            raise _Rejected(str(e)) from e
+            raise Rejected(str(e)) from e
     walk = walks[roots]
     if walk.digest() != record.state_digest:
-        raise _Rejected("the state the function closes over (attributes, globals, closure cells) differs")
+        raise Rejected("the state the function closes over (attributes, globals, closure cells) differs")
     n = record.n_trace_constants
-    constants = _resolve_constants(record.constants[:n], [], walk, session.values)
-    guards = _bind_attributes(_bind_identity_objects(record, session.values), walk)
+    slots = resolve_slots(record.constants[:n], [], walk, session.values)
+    guards = bind_attributes(bind_identity_objects(record, session.values), walk)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
     # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
-    why = first_failure(guards, session.values, constants)
+    why = first_failure(guards, session.values, slots)
     if why is not None:
-        raise _Rejected(f"its guards reject this call ({why})")
-    constants = _resolve_constants(record.constants[n:], constants, walk, session.values)
+        raise Rejected(f"its guards reject this call ({why})")
+    slots = resolve_slots(record.constants[n:], slots, walk, session.values)
     library_path = store.read_library(path, record)
     try:
         library = LoadedLibrary(str(library_path))
-        guard_address, run_address = library.address(record.guard_symbol), library.address(record.run_symbol)
-    except (OSError, AttributeError) as e:
+    except OSError as e:
         raise CorruptRecord(f"its library does not load: {e}") from e
+    artifact = Artifact(
+        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots
+    )  # fmt: skip
     try:
-        context = jit._context_type(record.ops, constants)
+        compiled = instantiate(artifact)
+    except AttributeError as e:  # a symbol the library lacks
+        raise CorruptRecord(f"its library does not load: {e}") from e
     except ValueError as e:  # an operator this libtorch does not register
-        raise _Rejected(f"its operators do not resolve: {e}") from e
-    if not guard_accepts(guard_address, context.address, session.values):
-        raise _Rejected("its native guard rejects this call")
-    spec = _install(session, record, guards, library, context, constants, guard_address, run_address, start)
-    store.touch(path)
-    stats.loads += 1
-    _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, jit.name, path, spec.compile_seconds * 1e3)
-    return spec
-
-
-def _resolve_constants(
-    recipes: Sequence[ConstantRecipe], constants: list[object], walk: StateWalk, values: Sequence[object],
-) -> list[object]:
-    """`constants` (those resolved so far) followed by the objects of `recipes` in this process."""
-    constants = list(constants)
-    for recipe in recipes:
-        i = len(constants)
-        if recipe.kind == "tensor":
-            tensor = walk.tensors.get(recipe.path)
-            if tensor is None:
-                raise _Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
-            constants.append(tensor)
-        elif recipe.kind == "object":
-            constants.append(_object_at(walk, recipe.path))
-        elif recipe.kind == "view":
-            base, sizes, strides, offset = recipe.path
-            constants.append(constants[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
-        elif recipe.kind == "created":
-            constants.append(recipe.created_tensor())
-        elif recipe.kind == "argument":
-            param, items = recipe.path
-            constants.append(leaf_value(LeafPath(param, items, ""), values, []))
-        elif recipe.kind == "value":
-            constants.append(recipe.value)
-        elif recipe.kind == "triton_launch":
-            try:
-                constants.append(launch_sites.rebuild(recipe.value))  # type: ignore[arg-type]
-            except launch_sites.LaunchSiteMismatch as e:
-                raise _Rejected(str(e)) from e
-        elif recipe.kind == "buffer_pool":  # empty, with this process's limit
-            constants.append(new_buffer_pool(recipe.value))  # type: ignore[arg-type]
-        else:
-            raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
-    return constants
-
-
-def _bind_identity_objects(record: Record, values: Sequence[object]) -> GuardSet:
-    """The record's guards with this call's objects as the identity-guarded ones (see ConstantRecipe)."""
-    identity_objects: list[object] = list(record.guards.identity_objects)
-    for ig in record.guards.identities:
-        identity_objects[ig.constant_index] = leaf_value(ig.path, values, [])
-    return dataclasses.replace(record.guards, identity_objects=identity_objects)
-
-
-def _object_at(walk: StateWalk, path: tuple[object, ...]) -> object:
-    if path not in walk.objects:
-        raise _Rejected(f"no object at {format_path(path)} in this process")
-    return walk.objects[path]
-
-
-def _persisted_attributes(guards: GuardSet, walk: StateWalk) -> tuple[list[AttributeGuard], str | None]:
-    """The module-state guards with their owners (and objects compared by identity) as paths from the roots."""
-    out = []
-    for ag in guards.attributes:
-        if isinstance(ag.owner, type):
-            out.append(ag)  # a library class (the hook counter's): pickled by name
-            continue
-        owner = walk.object_paths.get(id(ag.owner))
-        if owner is None:
-            return [], f"it reads module state ({ag.label}) of a module not reachable from the function's roots"
-        value = ag.value
-        if ag.kind is LeafKind.OBJECT and value is not ABSENT:
-            where = walk.object_paths.get(id(value))
-            if where is None:
-                return [], f"the object it read as {ag.label} is not reachable from the function's roots"
-            value = ObjectAt(where)
-        out.append(dataclasses.replace(ag, owner=ObjectAt(owner), value=value))
-    return out, None
-
-
-def _bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
-    """The record's module-state guards with this process's objects for their ObjectAt paths."""
-    def bind(value: object) -> object:
-        return _object_at(walk, value.path) if isinstance(value, ObjectAt) else value
-
-    attributes = [dataclasses.replace(ag, owner=bind(ag.owner), value=bind(ag.value)) for ag in guards.attributes]
-    return dataclasses.replace(guards, attributes=attributes)
-
-
-def _install(
-    session: Session, record: Record, guards: GuardSet, library: LoadedLibrary, context: object,
-    constants: list[object], guard_address: int, run_address: int, start: float,
-) -> Specialization:  # fmt: skip
-    """Add a loaded specialization to the entry and the function's list, as _compile does for a compiled one."""
-    from ..driver import Specialization
-
-    jit = session.jit
-    assert jit is not None
-    compiled = CompiledSpecialization(
-        guard_address=guard_address, run_address=run_address, native=library,  # type: ignore[arg-type]
-        ops=list(record.ops), aten_calls=list(record.aten_calls), constants=constants, stages={},
-        launch_sites=[c for c in constants if launch_sites.is_launch_site(c)],  # context order is program order
-        guard_symbol=record.guard_symbol, run_symbol=record.run_symbol,
-        buffer_pool=next((c for c in constants if is_buffer_pool(c)), None),
-    )  # fmt: skip
-    # A loaded specialization has no graph: only what explain and first_failure read (its constants, outputs).
-    trace_constants = constants[: record.n_trace_constants]
-    trace = Trace(None, [], trace_constants, {}, [], None, record.outputs)  # type: ignore[arg-type]
-    positional, keywords = jit._call_args(session.values)
-    key = jit.entry.structural_key(*positional, **keywords)
-    jit.entry.add_spec(key, guard_address, run_address, context, library)
-    spec = Specialization(
-        len(jit.specializations), guards, record.facts, trace, compiled, time.perf_counter() - start,
-        origin="loaded from the disk cache",
-    )  # fmt: skip
-    jit.specializations.append(spec)
-    return spec
+        raise Rejected(f"its operators do not resolve: {e}") from e
+    if not guard_accepts(compiled.guard_address, compiled.context.address, session.values):
+        raise Rejected("its native guard rejects this call")
+    launches = [recipe.value for recipe in record.constants if recipe.kind == "triton_launch"]
+    try:
+        for site, launch in zip(compiled.launch_sites, launches):  # both in context (program) order
+            launch_sites.load_variants(site, launch)  # type: ignore[arg-type]
+    except launch_sites.LaunchSiteMismatch as e:
+        raise Rejected(str(e)) from e
+    return Loaded(compiled, guards, record.facts, n, time.perf_counter() - start, path)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -468,70 +407,3 @@ def _collective_reason(trace: Trace) -> str | None:
         f"it calls collective(s) {', '.join(ops)}; specializations with torch.distributed collectives are not "
         "persisted (process group names and sizes belong to this process)"
     )
-
-
-def _constant_recipes(spec: Specialization, walk: StateWalk) -> tuple[list[ConstantRecipe], str | None]:
-    """How a new process gets each context constant (record.ConstantRecipe), or why one cannot be persisted."""
-    trace, compiled = spec.trace, spec.compiled
-    identity_paths = {
-        id(spec.guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items)
-        for ig in spec.guards.identities
-    }
-    recipes: list[ConstantRecipe] = []
-    for i, obj in enumerate(compiled.constants):
-        if i < len(trace.constants):
-            assert isinstance(obj, torch.Tensor)
-            path = walk.tensor_paths.get(id(obj))
-            if i in trace.derived_constants:  # a view of an earlier constant made at capture: made again
-                layout = (tuple(obj.shape), tuple(obj.stride()), obj.storage_offset())
-                recipes.append(ConstantRecipe("view", (trace.derived_constants[i], *layout)))
-            elif path is not None:
-                recipes.append(ConstantRecipe("tensor", path))
-            elif i in trace.created_constants:
-                if obj.numel() > CREATED_CONSTANT_LIMIT:
-                    return [], (
-                        f"{spec.guards.constant_label(i)}, a tensor of {obj.numel()} elements the function creates "
-                        "from Python data, is "
-                        f"larger than the {CREATED_CONSTANT_LIMIT} elements stored by value"
-                    )
-                buffer = io.BytesIO()
-                torch.save(obj.detach().clone(), buffer)
-                recipes.append(ConstantRecipe("created", data=buffer.getvalue()))
-            else:
-                return [], (
-                    f"{spec.guards.constant_label(i)} (a {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} "
-                    "tensor the function "
-                    "reads) was not found from the function's roots (self, closure cells, globals its code names, "
-                    "arguments passed by identity, and globals of the user code that ran), so another process "
-                    "could not find it again"
-                )
-        else:
-            recipe, reason = _object_recipe(obj, identity_paths, walk.object_paths)
-            if recipe is None:
-                return [], reason
-            recipes.append(recipe)
-    return recipes, None
-
-
-def _object_recipe(
-    obj: object, identity_paths: dict[int, tuple[object, ...]], object_paths: dict[int, tuple[object, ...]]
-) -> tuple[ConstantRecipe | None, str | None]:
-    """The recipe of a context constant other than the trace's tensors (one branch per kind of object the
-    lowering adds to the context), or why it has none."""
-    if id(obj) in identity_paths:
-        return ConstantRecipe("argument", identity_paths[id(obj)]), None
-    if type(obj) in SCALAR_TYPES:
-        return ConstantRecipe("value", value=obj), None
-    if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)
-        return ConstantRecipe("value", value=obj), None
-    if is_buffer_pool(obj):  # a new process starts with empty pools, of its own limit
-        return ConstantRecipe("buffer_pool", value=obj.sites), None  # type: ignore[attr-defined]
-    if launch_sites.is_launch_site(obj):
-        launch, reason = launch_sites.recipe_of(obj)
-        return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
-    if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
-        return ConstantRecipe("value", value=obj), None
-    if id(obj) in object_paths:  # what module-state guards read: a module, its _parameters dict, a submodule
-        return ConstantRecipe("object", object_paths[id(obj)]), None
-    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    return None, f"its context holds a {kind}, which has no persisted form"

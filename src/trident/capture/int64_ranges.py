@@ -25,6 +25,7 @@ import torch
 
 from .. import exc
 from .guards import INT64_MAX, INT64_MIN, GuardSet, RelationGuard, _property, first_failure, leaf_value
+from .specialize import is_float_expr, lowers_as_int
 from .trace import Trace
 
 # Nodes that read a tensor's metadata rather than compute: their values are sizes of live tensors.
@@ -50,8 +51,6 @@ def int64_range_guards(trace: Trace, guards: GuardSet) -> list[RelationGuard]:
 
     Raises UnsupportedArgument when the call being compiled fails them (an int it computes leaves int64, or a
     guard's own arithmetic does): the specialization would reject the very call it was compiled for."""
-    from ..lowering.symbolic_ints import lowers_as_int
-
     bound = set(guards.symbols())
     seen: set[sympy.Expr] = set()
     result: list[RelationGuard] = []
@@ -117,8 +116,6 @@ def native_int64_failure(relations: Sequence[RelationGuard], env: dict[sympy.Sym
     holds in Python's ints but that the native guard cannot compute in int64 (symbolic_ints.SymbolicIntLowering:
     every Add and Mul folded left to right with checked arithmetic); else None. Relations with float symbols or
     unbound symbols are skipped."""
-    from ..lowering.symbolic_ints import is_float_expr
-
     for rg in relations:
         if not rg.expr.free_symbols <= set(env) or _has_float(rg.expr, is_float_expr):
             continue

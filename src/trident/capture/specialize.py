@@ -23,12 +23,15 @@ import contextlib
 import operator
 import threading
 from collections.abc import Iterator
+from typing import Protocol
 
 import sympy
 import torch
 import torch.fx
 from torch.utils._sympy import functions as torch_sympy
 from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+from .scalar_functions import scalar_function_name
 
 # Float arithmetic nodes the host program lowers (torch-mlir imports them as aten.{add,sub,mul,div,neg}.float,
 # add.float_int and Float.Scalar); int / int (aten.div.int) is left out: Python rounds huge ints exactly.
@@ -48,17 +51,57 @@ def is_float_symbol(symbol: sympy.Basic) -> bool:
     return isinstance(symbol, sympy.Symbol) and symbol_is_type(symbol, SymT.FLOAT)
 
 
-def lowerable_relation(expr: sympy.Basic) -> bool:
+def is_float_expr(expr: sympy.Basic) -> bool:
+    """Whether a ShapeEnv expression denotes a Python float (a float symbol, torch's float-valued functions)."""
+    if isinstance(expr, sympy.Float) or is_float_symbol(expr) or type(expr).__name__.startswith("OpaqueUnaryFn_"):
+        return True
+    if isinstance(expr, (torch_sympy.ToFloat, torch_sympy.IntTrueDiv, torch_sympy.FloatTrueDiv, torch_sympy.FloatPow)):
+        return True
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Max, sympy.Min)):
+        return any(is_float_expr(a) for a in expr.args)
+    return False
+
+
+def lowers_as_int(expr: sympy.Basic) -> bool:
+    """Whether `expr` is pure int arithmetic over symbols (what lowering/symbolic_ints.py's
+    SymbolicIntLowering.int_expr lowers)."""
+    if isinstance(expr, (sympy.Integer, sympy.Symbol)):
+        return True
+    if isinstance(expr, sympy.Pow):
+        return isinstance(expr.exp, sympy.Integer) and 0 < int(expr.exp) <= 8 and lowers_as_int(expr.base)
+    if isinstance(expr, (*_INT_NODES, torch_sympy.PowByNatural)):
+        return all(lowers_as_int(a) for a in expr.args)
+    return False
+
+
+_INT_NODES = (
+    sympy.Add, sympy.Mul, sympy.Max, sympy.Min, sympy.Mod, torch_sympy.FloorDiv, torch_sympy.CleanDiv,
+    torch_sympy.PythonMod, torch_sympy.Mod, torch_sympy.Max, torch_sympy.Min, torch_sympy.BitwiseFn_bitwise_or,
+    torch_sympy.BitwiseFn_bitwise_and, torch_sympy.BitwiseFn_bitwise_xor, torch_sympy.LShift, torch_sympy.RShift,
+)  # fmt: skip
+
+
+class ScalarLowering(Protocol):
+    """What the lowering compiles exactly, asked by capture to decide which symbols stay symbolic. The lowering
+    itself answers (lowering/symbolic_ints.py, SCALAR_LOWERING: a dry run), so the two cannot disagree; the
+    caller of trace_function passes it, so capture does not import the lowering."""
+
+    def lowers_condition(self, expr: sympy.Basic) -> bool:
+        """Whether the guard lowering checks a relation over int symbols exactly."""
+
+    def lowers_scalar_op(self, fn: str, kinds: list[str]) -> bool:
+        """Whether the host program lowers Python's scalar builtin `fn` on operands of these kinds."""
+
+
+def lowerable_relation(expr: sympy.Basic, lowering: ScalarLowering) -> bool:
     """Whether the guard lowering checks `expr` exactly (see the module docstring)."""
     if any(is_float_symbol(s) for s in expr.free_symbols):
         return _float_comparisons(expr)
     if _int_expression(expr):
         return True
     # Over int symbols, floats computed from them (n / 3 >= 2, math.floor(n / 2)) lower with Python's exact
-    # results (lowering/symbolic_ints.py); the lowering itself answers, so the two cannot disagree.
-    from ..lowering.symbolic_ints import lowers_condition
-
-    return lowers_condition(expr)
+    # results (lowering/symbolic_ints.py).
+    return lowering.lowers_condition(expr)
 
 
 def _int_expression(expr: sympy.Basic) -> bool:
@@ -82,7 +125,7 @@ def _float_comparisons(expr: sympy.Basic) -> bool:
     return len(symbols) == 1 and len(numbers) == 1
 
 
-def graph_float_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
+def graph_float_symbols(gm: torch.fx.GraphModule, lowering: ScalarLowering) -> set[sympy.Symbol]:
     """Free symbols of float arithmetic in the graph the host program does not lower, or hands to a Triton
     constexpr (a kernel compiled per value)."""
     found: set[sympy.Symbol] = set()
@@ -95,7 +138,7 @@ def graph_float_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
             continue
         if isinstance(node.target, torch._ops.OpOverload):
             continue  # an ATen operator takes the double as eager passes it
-        supported = node.target in FLOAT_GRAPH_OPS or _scalar_builtin_lowered(node)
+        supported = node.target in FLOAT_GRAPH_OPS or _scalar_builtin_lowered(node, lowering)
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             supported = not _constexpr_floats(node)
         if not supported:
@@ -105,12 +148,9 @@ def graph_float_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
     return found
 
 
-def _scalar_builtin_lowered(node: torch.fx.Node) -> bool:
+def _scalar_builtin_lowered(node: torch.fx.Node, lowering: ScalarLowering) -> bool:
     """A Python scalar builtin on symbolic values (int / int, math.floor, round, **, ...) that the host program
     imports as trident.scalar.<fn> and lowers with Python's results: asked of the lowering itself (a dry run)."""
-    from ..ir.fx_import import scalar_function_name
-    from ..lowering.symbolic_ints import lowers_scalar_op
-
     name = scalar_function_name(node)
     if name is None:
         return False
@@ -127,7 +167,7 @@ def _scalar_builtin_lowered(node: torch.fx.Node) -> bool:
             kinds.append("float")
         else:
             return False
-    return lowers_scalar_op(name, kinds)
+    return lowering.lowers_scalar_op(name, kinds)
 
 
 def _constexpr_floats(node: torch.fx.Node) -> bool:
@@ -196,16 +236,18 @@ def watch_float_folds() -> Iterator[set[sympy.Symbol]]:
         _watch.folded = previous
 
 
-def symbols_to_specialize(gm: torch.fx.GraphModule, shape_env: object, folded: set[sympy.Symbol]) -> set[sympy.Symbol]:
+def symbols_to_specialize(
+    gm: torch.fx.GraphModule, shape_env: object, folded: set[sympy.Symbol], lowering: ScalarLowering
+) -> set[sympy.Symbol]:
     """Every symbol that must be a constant for this trace to be compiled exactly (module docstring)."""
-    found = set(folded) | graph_float_symbols(gm)
+    found = set(folded) | graph_float_symbols(gm, lowering)
     for guard in shape_env.guards:  # type: ignore[attr-defined]
         expr = shape_env.simplify(guard.expr)  # type: ignore[attr-defined]
         if expr == sympy.false:
             # The ShapeEnv's later knowledge contradicts a guard it recorded (seen with an input passed twice,
             # whose second fake shares the first's storage, and a symbolic offset): trace those as constants.
             found |= guard.expr.free_symbols
-        elif not lowerable_relation(expr):
+        elif not lowerable_relation(expr, lowering):
             found |= expr.free_symbols
     for symbol in shape_env.replacements:  # type: ignore[attr-defined]
         if is_float_symbol(symbol):  # an Eq guard pinned it to a value: Python read the float itself

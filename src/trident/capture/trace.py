@@ -48,7 +48,7 @@ from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
 from .python_kernels import Report, Retry, registered_during_capture, seeing_through
-from .specialize import symbols_to_specialize, watch_float_folds
+from .specialize import ScalarLowering, symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 
 
@@ -538,14 +538,15 @@ def trace_function(
     values: Sequence[object],
     facts: CallFacts,
     dynamism: Dynamism,
+    lowering: ScalarLowering,
 ) -> Trace:
     """Trace with `dynamism`, then again with the symbols the trace cannot keep symbolic made constants
-    (capture/specialize.py) until none is left; and again with a Python-implemented op opaque whose body
-    could not be traced into (python_kernels.py)."""
+    (capture/specialize.py, asking `lowering` what it compiles exactly) until none is left; and again with a
+    Python-implemented op opaque whose body could not be traced into (python_kernels.py)."""
     opaque: dict[str, str] = {}
     while True:
         try:
-            trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque)
+            trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque, lowering)
         except Retry as retry:
             opaque[retry.op] = retry.reason
             continue
@@ -563,6 +564,7 @@ def _trace_once(
     facts: CallFacts,
     dynamism: Dynamism,
     opaque: dict[str, str],
+    lowering: ScalarLowering,
 ) -> tuple[Trace, Dynamism]:
     """One trace, and the dynamism of the symbols it must not keep symbolic; `opaque`: Python-implemented ops
     to record as one call (why)."""
@@ -601,7 +603,7 @@ def _trace_once(
     see_through_holder[0].check()  # a refusal the function itself caught still retries
     registrations.settle(see_through_holder[0].report)
     remember_constant_computations(gm, mode.real_of, mode.produced)
-    pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded), shape_env, facts, traced)
+    pinned = _dynamism_of(symbols_to_specialize(gm, shape_env, folded, lowering), shape_env, facts, traced)
     _split_size_lists(gm)
     _int_to_float_nodes(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)

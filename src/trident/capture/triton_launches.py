@@ -579,6 +579,9 @@ class RecordedLaunch:
     device_type: str = "cpu"  # of the launch's tensors
     native: Any = dataclasses.field(default=None, repr=False)  # the TritonLaunch, for CUDA launches
     plan: Any = dataclasses.field(default=None, repr=False)  # its LaunchPlan (with the variants registered)
+    # Called after Triton launched the kernel for compiled code: (launch, CompiledKernel, kwargs, operands). Set
+    # with `native` by the runtime (triton_native.register_variant), which capture does not import.
+    on_triton_launch: Callable[..., None] | None = dataclasses.field(default=None, repr=False)
 
     def constants(self) -> dict[str, Any]:
         """Arguments torch kept out of the graph (constexprs, literals), by name."""
@@ -609,10 +612,8 @@ class RecordedLaunch:
             # Triton's own exception (the one eager raises), with where it came from.
             e.add_note(f"trident: raised by Triton while launching kernel '{self.kernel_name}' from compiled code")
             raise
-        if self.native is not None:
-            from ..runtime.triton_native import register_variant
-
-            register_variant(self, compiled, kwargs, operands)
+        if self.native is not None and self.on_triton_launch is not None:
+            self.on_triton_launch(self, compiled, kwargs, operands)
 
     def _launch_with_triton(self, grid: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> Any:
         """Triton's own launcher (it checks its specialization itself): the side-table kernel, which torch

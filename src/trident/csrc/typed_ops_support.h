@@ -1,6 +1,6 @@
 /*
  * typed_ops_support.h — decoding helpers for the generated typed operator entries (typed_ops.cpp, written
- * at build time by trident/runtime/typed_ops.py). Each helper reads one (tag, value) argument pair as
+ * at build time by trident/typed_ops.py). Each helper reads one (tag, value) argument pair as
  * trident_runtime.h defines them; the generator picks the helper from the operator's schema type.
  */
 #ifndef TRIDENT_TYPED_OPS_SUPPORT_H

@@ -10,10 +10,7 @@ Python type (!torch.int / !torch.float / !torch.bool); lowering/symbolic_ints.py
 """
 from __future__ import annotations
 
-import builtins
 import contextlib
-import math
-import operator
 from collections.abc import Iterator
 
 import torch
@@ -24,6 +21,7 @@ from torch_mlir.dialects import torch as torch_dialect
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 from torch_mlir.extras.fx_importer import FxImporter, GraphNodeImporter, _emit_operation
 
+from ..capture.scalar_functions import scalar_function_name, scalar_kind
 from ..capture.triton_launches import Operand, RecordedLaunch
 
 MAIN = "main"
@@ -45,14 +43,6 @@ class _ScalarOp(HigherOrderOperator):
 
 
 _SCALAR_OP = _ScalarOp()
-# Int ops torch-mlir imports as aten.<op>.int, which the host program lowers with checked i64 arithmetic.
-_TORCH_MLIR_INT_OPS = frozenset({"add", "sub", "mul", "floordiv", "mod", "neg", "eq", "ne", "lt", "le", "gt", "ge"})
-_SYM_FUNCTIONS = frozenset(
-    f for f in (torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, getattr(torch, "sym_ite", None),
-                *(getattr(torch, f"_sym_{n}", None) for n in ("sqrt", "cos", "sin", "log2", "exp", "log")))
-    if f is not None
-)  # fmt: skip
-_BUILTIN_MODULES = (operator, math, builtins)
 
 
 class TridentNodeImporter(GraphNodeImporter):
@@ -95,35 +85,9 @@ class TridentNodeImporter(GraphNodeImporter):
     def _import_hop_trident_scalar(self, loc: ir.Location, node: torch.fx.Node, hop: object) -> None:
         name, *args = node.args
         values = [self._import_argument(loc, a) for a in args]
-        result_type = ir.Type.parse(f"!torch.{_scalar_kind(node.meta['val'])}", loc.context)
+        result_type = ir.Type.parse(f"!torch.{scalar_kind(node.meta['val'])}", loc.context)
         op = _emit_operation(f"{SCALAR_OP_PREFIX}{name}", result_types=[result_type], operands=values, loc=loc)
         self.bind_node_value(node, op.result)
-
-
-def _scalar_kind(value: object) -> str:
-    if isinstance(value, (torch.SymBool, bool)):
-        return "bool"
-    if isinstance(value, (torch.SymInt, int)):
-        return "int"
-    return "float"
-
-
-def scalar_function_name(node: torch.fx.Node) -> str | None:
-    """The name of the builtin / torch.sym_* function a node applies to symbolic scalars, if Trident imports
-    it itself (not the all-int arithmetic torch-mlir maps to aten.<op>.int)."""
-    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
-    if node.op != "call_function" or not isinstance(node.meta.get("val"), symbolic):
-        return None
-    target = node.target
-    name = getattr(target, "__name__", "")
-    if target in _SYM_FUNCTIONS:
-        return name
-    if not any(getattr(module, name, None) is target for module in _BUILTIN_MODULES):
-        return None
-    kinds = {_scalar_kind(a.meta.get("val") if isinstance(a, torch.fx.Node) else a) for a in node.args}
-    if name in _TORCH_MLIR_INT_OPS and kinds == {"int"} and not isinstance(node.meta["val"], torch.SymFloat):
-        return None
-    return name
 
 
 @contextlib.contextmanager

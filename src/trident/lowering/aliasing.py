@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch_mlir import ir
 
-from ..runtime.typed_ops import is_view_op
+from ..typed_ops import is_view_op
 
 AtenName = Callable[[ir.Operation], tuple[str, str]]
 PRIVATE_VIEW = " (private view)"  # how a compiled specialization's aten_calls mark them, for explain

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from torch_mlir import ir
 
 from .. import exc
+from ..artifact import BufferPoolSlot, LaunchSiteSlot
 from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
@@ -32,10 +33,9 @@ from ..knobs import knobs
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view
-from .pooled_allocations import emit_pooled, new_buffer_pool, pool_kind
+from .pooled_allocations import emit_pooled, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
-from ..runtime.triton_native import make_native_launch
-from ..runtime.typed_ops import typed_symbol
+from ..typed_ops import typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,14 +164,12 @@ class HostProgramLowering:
         self.input_paths = input_paths  # leaf index -> path, for outputs returning an argument itself
         self.pool = pool
         self.ops = ops
-        self.launches = launches  # RecordedLaunch callables, indexed by the launch ops' names
-        self.launch_sites: list[object] = []  # what each launch op calls (TritonLaunch or RecordedLaunch)
+        self.launches = launches  # RecordedLaunch records, indexed by the launch ops' names
         self.values: dict[ir.Value, _Lowered] = {}
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
         self.pool_allocations = pool_allocations  # False: no allocation goes through a BufferPool
-        self.buffer_pool: object | None = None  # the BufferPool of pooled allocations (pooled_allocations.py)
-        self._pool_sites = 0
+        self.buffer_pool: BufferPoolSlot | None = None  # the slot of the pooled allocations' BufferPool
 
     # -- driver ---------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -194,8 +192,6 @@ class HostProgramLowering:
         self.owned.finish()
         self.temps.finish()
         self.fb.finish()
-        if self.buffer_pool is not None:
-            self.buffer_pool.reserve(self._pool_sites)  # type: ignore[attr-defined]
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def _placeholder(self, source: PlaceholderSource) -> _Lowered:
@@ -465,25 +461,22 @@ class HostProgramLowering:
         fb = self.fb
         launch = self.launches[int(_operator_name(op).removeprefix(LAUNCH_OP_PREFIX))]
         args = self._encode_operands(op)
-        if launch.device_type == "cuda":
-            target, extern = make_native_launch(launch), abi.TRITON_LAUNCH
-        else:
-            target, extern = launch, abi.PYTHON_CALL
-        self.launch_sites.append(target)
-        callee = self.access.constant(self.pool.add(target))
+        # The slot becomes the TritonLaunch (CUDA) or the record itself (CPU) when the artifact is instantiated.
+        extern = abi.TRITON_LAUNCH if launch.device_type == "cuda" else abi.PYTHON_CALL
+        callee = self.access.constant(self.pool.add(LaunchSiteSlot(launch)))
         status = fb.call(extern, [callee, args, fb.const(len(op.operands))])
         assert status is not None
         fb.check_zero(status)
 
     def _pooled_allocation(self, op: ir.Operation, kind: str) -> None:
         if self.buffer_pool is None:
-            self.buffer_pool = new_buffer_pool(0)
+            self.buffer_pool = BufferPoolSlot()
         pool = self.access.constant(self.pool.add(self.buffer_pool))
         handle = emit_pooled(
-            self.fb, kind, op, pool, self._pool_sites, self._int_list_pointer, lambda v: self.values[v].ssa,
+            self.fb, kind, op, pool, self.buffer_pool.sites, self._int_list_pointer, lambda v: self.values[v].ssa,
             _device_code,
         )  # fmt: skip
-        self._pool_sites += 1
+        self.buffer_pool.sites += 1
         self.values[op.results[0]] = self._own(handle)
 
     def _int_list_pointer(self, operand: ir.Value) -> str:

@@ -3,12 +3,14 @@
   capture (trace + guards) -> ir.fx_import (torch dialect) -> lower_guards + lower_host_program
   (func/arith/cf/llvm) -> lower_to_llvm (LLVM dialect) -> backend.engine (native code)
 
+The result is an Artifact (trident/artifact.py): the code and its context slots, no runtime objects; the
+driver instantiates it (runtime/specialization.py).
+
 Each stage's IR can be written to TRIDENT_DUMP_IR; a failing stage writes the IR it was given and says how
 to replay it.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from pathlib import Path
 from torch_mlir import ir
 
 from .. import exc
+from ..artifact import Artifact
 from ..backend.engine import NativeModule
 from ..capture.guards import GuardSet
 from ..capture.inputs import CallFacts, LeafKind
@@ -28,21 +31,6 @@ from .leaf_access import ConstantPool
 from .lower_guards import lower_guards
 from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
 from .lower_to_llvm import PIPELINE, lower_to_llvm
-
-
-@dataclasses.dataclass
-class CompiledSpecialization:
-    guard_address: int
-    run_address: int
-    native: NativeModule
-    ops: list[tuple[str, str]]  # operators called through the boxed dispatcher (resolved in the context)
-    aten_calls: list[str]  # every ATen call of the host program, in order
-    constants: list[object]
-    stages: dict[str, str]  # stage name -> IR text
-    launch_sites: list[object] = dataclasses.field(default_factory=list)  # Triton launches, in program order
-    buffer_pool: object | None = None  # the BufferPool of its pooled allocations (None: none pooled)
-    guard_symbol: str = ""  # exported names of the two functions (the disk cache, trident.cache, loads by name)
-    run_symbol: str = ""
 
 
 def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSource]:
@@ -57,7 +45,7 @@ def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSourc
 
 def compile_specialization(
     name: str, index: int, trace: Trace, facts: CallFacts, guards: GuardSet, runtime_library: str
-) -> CompiledSpecialization:
+) -> Artifact:
     stages: dict[str, str] = {}
     context = new_context()
     guard_symbol, run_symbol = f"trident_guard_{index}", f"trident_run_{index}"
@@ -80,8 +68,6 @@ def compile_specialization(
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
     aten_calls: list[str] = []
-    launch_sites: list[object] = []
-    pools: list[object] = []  # the host program's BufferPool, or None
     builder = ModuleBuilder()
 
     def lower() -> str:
@@ -94,8 +80,6 @@ def compile_specialization(
         )
         host.run()
         aten_calls.extend(host.aten_calls)
-        launch_sites.extend(host.launch_sites)
-        pools.append(host.buffer_pool)
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -104,13 +88,11 @@ def compile_specialization(
     stages["llvm"] = str(llvm_module)
     _dump(name, index, "llvm", stages["llvm"])
 
-    def jit() -> CompiledSpecialization:
+    def jit() -> Artifact:
         # keep_object: the disk cache (trident.cache) persists the generated object.
         native = NativeModule(llvm_module, [runtime_library], keep_object=knobs.disk_cache)  # type: ignore[arg-type]
-        return CompiledSpecialization(
-            native.address(guard_symbol), native.address(run_symbol), native, list(ops.ops), aten_calls, pool.objects,
-            stages, launch_sites, pools[0], guard_symbol=guard_symbol, run_symbol=run_symbol,
-        )
+        native.address(guard_symbol)  # generates the code now: a failure is this stage's
+        return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages)
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
 

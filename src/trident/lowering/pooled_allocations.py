@@ -22,7 +22,6 @@ from torch_mlir import ir
 
 from .. import abi
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
-from ..knobs import knobs
 from .aliasing import escapes
 
 POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
@@ -36,22 +35,6 @@ _ALLOCATING = (
 _DYNAMIC = object()  # an argument not fixed at compile time
 _CONTIGUOUS, _PRESERVE = 0, 1  # c10::MemoryFormat
 _STRIDED = 0  # c10::Layout
-
-
-def new_buffer_pool(sites: int) -> object:
-    """An empty BufferPool keeping up to TRIDENT_BUFFER_POOL_MB (for a compiled or a loaded specialization), whose
-    CUDA matmul sites make cuBLASLt plans unless TRIDENT_MATMUL_PLANS=0.
-
-    In a process that uses CUDA, the runtime's CUDA entry points are resolved first: the pool reads torch's
-    current stream through them, and without them it would allocate every call."""
-    import torch.cuda
-
-    from ..runtime import load_runtime
-    from ..runtime.triton_native import cuda_ready
-
-    if torch.cuda.is_initialized():
-        cuda_ready()
-    return load_runtime().BufferPool(sites, int(knobs.buffer_pool_mb * 2**20), knobs.matmul_plans)
 
 
 def describe_pool(pool: Any) -> list[str]:
@@ -70,12 +53,6 @@ def describe_pool(pool: Any) -> list[str]:
             + (f"; not planned: {'; '.join(reasons)}" if reasons else "")
         )
     return lines
-
-
-def is_buffer_pool(obj: object) -> bool:
-    from ..runtime import load_runtime
-
-    return isinstance(obj, load_runtime().BufferPool)
 
 
 def literal(value: ir.Value) -> object:

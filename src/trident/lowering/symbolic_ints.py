@@ -19,7 +19,7 @@ import sympy
 from torch.utils._sympy import functions as torch_sympy
 
 from .. import exc
-from ..capture.specialize import is_float_symbol
+from ..capture.specialize import is_float_expr, is_float_symbol
 from ..ir.mlir_text import F64, I1, I64, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 
@@ -181,35 +181,6 @@ def python_mod(fb: FunctionBuilder, a: str, b: str) -> str:
 
 
 _ORDERED = {"eq": "oeq", "ne": "une", "slt": "olt", "sle": "ole", "sgt": "ogt", "sge": "oge"}
-
-
-def is_float_expr(expr: sympy.Basic) -> bool:
-    """Whether a ShapeEnv expression denotes a Python float (a float symbol, torch's float-valued functions)."""
-    if isinstance(expr, sympy.Float) or is_float_symbol(expr) or type(expr).__name__.startswith("OpaqueUnaryFn_"):
-        return True
-    if isinstance(expr, (torch_sympy.ToFloat, torch_sympy.IntTrueDiv, torch_sympy.FloatTrueDiv, torch_sympy.FloatPow)):
-        return True
-    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Max, sympy.Min)):
-        return any(is_float_expr(a) for a in expr.args)
-    return False
-
-
-def lowers_as_int(expr: sympy.Basic) -> bool:
-    """Whether SymbolicIntLowering.int_expr lowers `expr` (pure int arithmetic over symbols)."""
-    if isinstance(expr, (sympy.Integer, sympy.Symbol)):
-        return True
-    if isinstance(expr, sympy.Pow):
-        return isinstance(expr.exp, sympy.Integer) and 0 < int(expr.exp) <= 8 and lowers_as_int(expr.base)
-    if isinstance(expr, (*_INT_NODES, torch_sympy.PowByNatural)):
-        return all(lowers_as_int(a) for a in expr.args)
-    return False
-
-
-_INT_NODES = (
-    sympy.Add, sympy.Mul, sympy.Max, sympy.Min, sympy.Mod, torch_sympy.FloorDiv, torch_sympy.CleanDiv,
-    torch_sympy.PythonMod, torch_sympy.Mod, torch_sympy.Max, torch_sympy.Min, torch_sympy.BitwiseFn_bitwise_or,
-    torch_sympy.BitwiseFn_bitwise_and, torch_sympy.BitwiseFn_bitwise_xor, torch_sympy.LShift, torch_sympy.RShift,
-)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -455,3 +426,13 @@ def _widen(fb: FunctionBuilder, flag: str) -> str:
     widened = fb.fresh()
     fb.emit(f"{widened} = arith.extui {flag} : i1 to i64")
     return widened
+
+
+class _ScalarLowering:
+    """capture.specialize.ScalarLowering, answered by dry runs of this module's lowering."""
+
+    lowers_condition = staticmethod(lowers_condition)
+    lowers_scalar_op = staticmethod(lowers_scalar_op)
+
+
+SCALAR_LOWERING = _ScalarLowering()  # what trace_function is given (capture does not import the lowering)

@@ -9,7 +9,7 @@ g++ is invoked directly (no ninja). The translation units compile in parallel; t
 temporary directory next to the target and `os.replace` publishes it, so concurrent builders never expose
 a half-written file to each other (a lock file also makes a second builder wait instead of compiling).
 
-The library is loaded only from a folder only its owner can write (cache/trust.py); elsewhere it is built into
+The library is loaded only from a folder only its owner can write (runtime/trust.py); elsewhere it is built into
 a private temporary folder of the process instead, with a warning saying how to fix the cache.
 A build says on stderr when it starts and when it ends (with the seconds it took: 20-40 s on 2 cores), and
 a missing prerequisite (the compiler, Python's headers, torch's headers) is named before g++ runs.
@@ -38,10 +38,10 @@ from types import ModuleType
 
 import torch
 
-from trident.cache import trust
+from trident.runtime import trust
 from trident.exc import TridentError
 from trident.knobs import knobs
-from trident.runtime import typed_ops
+from trident import typed_ops
 
 MODULE_NAME = "_trident_runtime"  # PyInit__trident_runtime in csrc/module.cpp
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
@@ -182,7 +182,7 @@ _private_build_dirs: dict[Path, Path] = {}  # build folder refused -> this proce
 
 def _trusted_build_dir() -> tuple[Path, Path]:
     """(the build folder, the root it is checked from): _build_dir() under TRIDENT_CACHE_DIR, unless someone
-    else could write there (cache/trust.py). Then a fresh private folder of this process instead: Trident keeps
+    else could write there (runtime/trust.py). Then a fresh private folder of this process instead: Trident keeps
     working, at the price of building the runtime again in every such process until the cache is fixed, which
     the warning says how to do; loading a library others could have written is never an option."""
     folder = _build_dir()

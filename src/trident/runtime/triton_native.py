@@ -201,7 +201,7 @@ def make_native_launch(launch: Any) -> Any:
     reason = unverified_triton() or plan.unsupported or cuda_ready()
     if reason is not None:
         native.disable(reason)
-    launch.native, launch.plan = native, plan
+    launch.native, launch.plan, launch.on_triton_launch = native, plan, register_variant
     return native
 
 

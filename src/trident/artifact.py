@@ -1,0 +1,60 @@
+"""A compiled specialization as a value: what the compiler produces and the runtime instantiates.
+
+The lowering does not make runtime objects. Where compiled code needs one through its context table, it adds a
+slot that describes it instead, and `runtime.specialization.instantiate` makes the live object from the slot,
+for a fresh compile (driver.py) and a disk load (cache/warm_start.py) alike:
+
+  - BufferPoolSlot: the specialization's BufferPool, empty, with `sites` allocation sites (its CUDA matmul
+    sites make their cuBLASLt plans on first use);
+  - LaunchSiteSlot: a Triton launch site, from capture's record of the launch (runtime/triton_native.py makes
+    its TritonLaunch on CUDA; on CPU the record itself runs through Triton's interpreter).
+
+Every other slot is the object compiled code reads as it is: a tensor constant of the trace, an object a guard
+compares by identity, a scalar or string. In a fresh compile these are this process's objects; the disk cache
+stores how to find each again in another process (cache/record.py, ConstantRecipe) and resolves them before it
+instantiates.
+
+This module imports nothing from Trident: the lowering, the runtime and the cache all read it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+
+class NativeCode(Protocol):
+    """Native code with exported symbols: the JIT's module (backend.engine.NativeModule) after a compile, a
+    loaded shared library (cache/native_library.LoadedLibrary) after a disk load. Held as long as the
+    specialization lives."""
+
+    def address(self, symbol: str) -> int: ...
+
+
+@dataclasses.dataclass(eq=False)
+class BufferPoolSlot:
+    """The host program's BufferPool: `sites` pooled allocation sites (pooled_allocations.py). Mutable while the
+    program is lowered (the count grows); compared by identity, so the context holds it once."""
+
+    sites: int = 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LaunchSiteSlot:
+    """One Triton launch op of the host program: capture's RecordedLaunch (its kernel and constant arguments by
+    index in this process's kernel_side_table)."""
+
+    launch: Any
+
+
+@dataclasses.dataclass
+class Artifact:
+    """One specialization as the compiler made it: its code, the symbols of its guard and run functions, the
+    operators its context resolves, and its context slots in order."""
+
+    code: NativeCode
+    guard_symbol: str
+    run_symbol: str
+    ops: list[tuple[str, str]]  # operators called through the boxed dispatcher (resolved in the context)
+    aten_calls: list[str]  # every ATen call of the host program, in order (explain)
+    slots: list[object]  # ctx->constants: objects, BufferPoolSlot and LaunchSiteSlot
+    stages: dict[str, str] = dataclasses.field(default_factory=dict)  # stage name -> IR text (empty when loaded)
