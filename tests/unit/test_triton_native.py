@@ -116,6 +116,18 @@ def test_plan_keys_on_pointers_and_ints_but_not_floats_or_literals() -> None:
     assert plan.unsupported is None
 
 
+def test_plan_takes_string_and_dtype_literals_as_literals() -> None:
+    # A str has an .index method and a dtype may carry attributes: only Operand placeholders are operands
+    # (a string constexpr such as tl.dot's input_precision used to be read as an operand index).
+    args = {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "m": "ieee", "EVEN": torch.float32}
+    kinds = ["tensor", "tensor", "int", "int"]
+    for kernel in (plain_kernel, heuristic_kernel):
+        kwargs = dict(args) if kernel is heuristic_kernel else {**args, "scale": "tf32", "BLOCK": "ieee"}
+        plan = plan_of(kernel, kwargs, kinds)
+        assert plan.unsupported is None
+        assert {operand for operand, _ in plan.key_spec} == {0, 1, 2}
+
+
 def test_plan_honours_do_not_specialize_flags() -> None:
     plan = plan_of(
         flagged_kernel,

@@ -36,6 +36,7 @@ from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_ru
     KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE,
     PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
 )  # fmt: skip
+from ..capture.triton_launches import Operand  # a runtime operand's placeholder in a recorded launch
 
 log = logging.getLogger("trident")
 
@@ -114,7 +115,7 @@ class LaunchPlan:
         self._plan_wrappers(launch, wrappers)
         for param in jit.params:
             value = launch.kwargs.get(param.name)
-            if not hasattr(value, "index"):  # literals are fixed per site
+            if not isinstance(value, Operand):  # literals (ints, strings, dtypes) are fixed per site
                 continue
             kind = launch.operand_kinds[value.index]
             if param.is_constexpr:  # computed from sizes (triton.next_power_of_2(n)): one kernel per value
@@ -145,7 +146,7 @@ class LaunchPlan:
         for wrapper in wrappers:
             if not isinstance(wrapper, Autotuner):  # heuristics may read any int: key on every int value
                 for name, value in launch.kwargs.items():
-                    if hasattr(value, "index") and launch.operand_kinds[value.index] == "int":
+                    if isinstance(value, Operand) and launch.operand_kinds[value.index] == "int":
                         self._add(value.index, KEY_VALUE, None)
                 continue
             if any(config.pre_hook is not None for config in wrapper.configs):
@@ -153,7 +154,7 @@ class LaunchPlan:
             if len(wrapper.configs) > 1:  # the winning config is a function of the autotune key
                 for name in wrapper.keys:
                     value = launch.kwargs.get(name)
-                    if hasattr(value, "index"):
+                    if isinstance(value, Operand):
                         if launch.operand_kinds[value.index] != "int":
                             self.unsupported = f"autotune key '{name}' is not an int argument"
                         else:
@@ -247,7 +248,7 @@ def _param_slots(signature: Mapping[str, str], args: Mapping[str, Any], defaults
         if type_name == "constexpr":
             continue
         value = args[name] if name in args else defaults.get(name)
-        operand = value.index if hasattr(value, "index") else None
+        operand = value.index if isinstance(value, Operand) else None
         if type_name.startswith("*"):
             if operand is None or operand_kinds[operand] != "tensor":
                 return f"pointer parameter '{name}' is not a tensor operand"
@@ -360,7 +361,7 @@ def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], oper
     key = native.key(values)
     device = torch.cuda.current_device()
     binder = jit.device_caches[device][4]
-    concrete = {name: (operands[v.index] if hasattr(v, "index") else v) for name, v in args.items()}
+    concrete = {name: (operands[v.index] if isinstance(v, Operand) else v) for name, v in args.items()}
     _, specialization, _ = binder(**concrete)
     param_index = {p.name: i for i, p in enumerate(jit.params)}
     expected = _expected_key(plan, specialization, param_index, values)
@@ -368,7 +369,7 @@ def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], oper
         native.disable(f"internal: native specialization key {key} differs from Triton's {expected}")
         log.warning("trident: launches of '%s' stay on Triton's launcher: %s", launch.kernel_name, native.disabled_reason)
         return
-    grid = [(1, d.index) if hasattr(d, "index") else (0, int(d)) for d in launch.grid[grid_index]]
+    grid = [(1, d.index) if isinstance(d, Operand) else (0, int(d)) for d in launch.grid[grid_index]]
     grid += [(0, 1)] * (3 - len(grid))
     arguments = VariantArguments(
         tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
