@@ -1,0 +1,83 @@
+"""The package's layering, read from the source (docs/design.md, "Layout"): capture -> ir -> lowering -> artifact ->
+runtime, with cache/ (warm start) and driver.py above them.
+
+- No circle among module-level imports: any module imports without a half-initialised module in its way.
+- capture/, ir/ and lowering/ never import runtime/, cache/, the driver or the API, not even inside a function:
+  what they produce is plain data (the artifact) that the runtime instantiates.
+
+Imports inside functions are allowed to point up only from the package facade (trident/__init__.py, api.py's
+lazy entry points) and are not part of the first check.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "trident"
+LOWER_LAYERS = ("trident.capture", "trident.ir", "trident.lowering")
+UPPER_LAYERS = ("trident.runtime", "trident.cache", "trident.driver", "trident.api", "trident.module")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str) -> list[tuple[str, bool]]:
+    """(imported trident module, at module level?) for every import statement in the module."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        at_top = node in tree.body
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:  # `from . import store` imports the module trident.cache.store
+                child = f"{target}.{alias.name}"
+                found.append((child if child in MODULES else target, at_top))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, at_top) for alias in node.names]
+    return [(target, top) for target, top in found if target.split(".")[0] == "trident" and target in MODULES]
+
+
+def _in(name: str, layers: tuple[str, ...]) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in layers)
+
+
+def test_the_graph_reads_the_package() -> None:
+    assert len(MODULES) > 40 and "trident.lowering.lower_host_program" in MODULES
+    assert ("trident.capture.trace", True) in _imports("trident.lowering.lower_host_program")
+    assert ("trident.cache.store", False) in _imports("trident.cache")
+
+
+def test_module_level_imports_have_no_circle() -> None:
+    graph = {name: {t for t, top in _imports(name) if top and t != name} for name in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import circle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_capture_ir_and_lowering_do_not_import_the_runtime_or_the_cache() -> None:
+    upward = [
+        f"{name} imports {target}"
+        for name in sorted(MODULES)
+        if _in(name, LOWER_LAYERS)
+        for target, _ in _imports(name)
+        if _in(target, UPPER_LAYERS)
+    ]
+    assert upward == []
