@@ -10,7 +10,6 @@ from .knobs import knobs
 _python_kernels.watch()  # from import on, Python kernels registered for operators are known to capture
 
 
-
 def export(fn: object, path: str) -> list[object]:
     """Write the specializations of the jitted function `fn` under `path` (cache/export.py); returns the records
     written. A fresh process that calls trident.load(path) serves its first matching call natively."""
@@ -27,5 +26,15 @@ def load(path: str) -> int:
     return add(path)
 
 
-__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load"]
+def __getattr__(name: str) -> object:
+    # trident.backend, torch.compile's backend (dynamo.py), imported on first use: `import trident` stays cheap.
+    # The function itself, not a wrapper: torch's registry compares backends by identity.
+    if name == "backend":
+        from .dynamo import backend
+
+        return backend
+    raise AttributeError(f"module 'trident' has no attribute {name!r}")
+
+
+__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "backend"]
 __version__ = "0.1.0"
