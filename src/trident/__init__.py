@@ -27,14 +27,14 @@ def load(path: str) -> int:
 
 
 def __getattr__(name: str) -> object:
-    # trident.backend, torch.compile's backend (dynamo.py), imported on first use: `import trident` stays cheap.
-    # The function itself, not a wrapper: torch's registry compares backends by identity.
-    if name == "backend":
-        from .dynamo import backend
+    # trident.dynamo (torch.compile's backend: trident.dynamo.backend) is imported on first use, so that `import
+    # trident` stays cheap. (`trident.backend` is the native-code stage, backend/, not torch.compile's backend.)
+    if name == "dynamo":
+        import importlib
 
-        return backend
+        return importlib.import_module(".dynamo", __name__)
     raise AttributeError(f"module 'trident' has no attribute {name!r}")
 
 
-__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "backend"]
+__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "dynamo"]
 __version__ = "0.1.0"

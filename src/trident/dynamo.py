@@ -169,7 +169,7 @@ def _make_graph_function(gm: torch.fx.GraphModule, changes: dict[str, object]) -
 @functools.cache
 def _graph_function_class() -> type[JitFunction]:
     """GraphFunction, made at the first graph: the driver imports the compiler, which `import trident.dynamo`
-    (torch's entry point, trident.backend) must not pay for."""
+    (torch's entry point, trident.dynamo.backend) must not pay for."""
     from .driver import JitFunction
 
     class GraphFunction(JitFunction):
