@@ -45,7 +45,7 @@ from .knobs import knobs, override
 if TYPE_CHECKING:
     from .driver import JitFunction
 
-__all__ = ["backend", "compiled_graphs", "OPTIONS"]
+__all__ = ["NOT_OPTIONS", "OPTIONS", "backend", "compiled_graphs", "dynamic_from_graph", "knob_overrides"]
 
 
 # -- options ---------------------------------------------------------------------------------------------------
@@ -176,6 +176,7 @@ def _graph_function_class() -> type[JitFunction]:
         """A Dynamo graph's JitFunction: its misses run under its torch.compile options."""
 
         knob_changes: dict[str, object] = {}
+
         @property
         def warning_stacklevel(self) -> int:  # type: ignore[override]
             """The eager-fallback warning names the user's line: the first frame above _run_eagerly (which reads

@@ -194,6 +194,38 @@ def test_module_with_grad_runs_eagerly_and_trains_as_eager() -> None:
         assert torch.allclose(p.grad, q.grad, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_hf_llama_decode_step(device: str) -> None:
+    """A one-layer Hugging Face Llama writing one token per step into a StaticCache (positions are tensors, so
+    one Dynamo graph and one specialization serve every step), against the same model run eagerly."""
+    transformers = pytest.importorskip("transformers")
+
+    def decode(compiled: bool) -> list[torch.Tensor]:
+        config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                          max_position_embeddings=16, tie_word_embeddings=True)
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to(device).eval()
+        cache = transformers.StaticCache(config=config, max_cache_len=16)
+        cache.early_initialization(batch_size=1, num_heads=2, head_dim=16, dtype=torch.float32, device=device)
+
+        def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=tokens, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
+
+        run = torch.compile(step, backend="trident") if compiled else step
+        with torch.no_grad():
+            return [run(torch.tensor([[7 * pos + 3]], device=device), torch.full((1, 1), pos, device=device))
+                    for pos in range(5)]  # fmt: skip
+
+    with new_graphs() as graphs:
+        compiled = decode(compiled=True)
+    for got, expected in zip(compiled, decode(compiled=False)):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    (graph,) = graphs
+    assert_graph_native(graph, hits=5)
+
+
 # -- mutation, aliasing, dynamic shapes, recompiles ------------------------------------------------------------------
 def accumulate(x: torch.Tensor, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     buf.add_(x)
