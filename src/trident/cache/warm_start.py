@@ -237,7 +237,7 @@ class Session:
             return state
         deps, roots, walk = state.code_dependencies, state.roots, state.walk
         assert compiled.artifact is not None
-        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.slots, walk)
+        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.slots, compiled.constants, walk)
         if reason is not None:
             return reason
         attributes, reason = persisted_attributes(spec.guards, walk)
