@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import cache, exc, testing
+from ._version import __version__
 from .api import explain, jit
 from .capture import python_kernels as _python_kernels
 from .capture.python_kernels import keep_opaque
@@ -27,5 +28,4 @@ def load(path: str) -> int:
     return add(path)
 
 
-__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load"]
-__version__ = "0.1.0"
+__all__ = ["__version__", "jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load"]
