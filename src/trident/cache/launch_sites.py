@@ -40,6 +40,7 @@ from ..runtime.triton_native import (
     LaunchPlan, LaunchSite, VariantArguments, kernel_chain, launch_hooks_active, site_of,
 )  # fmt: skip
 from .fingerprint import code_digest
+from .counters import stats
 
 
 class LaunchSiteMismatch(Exception):
@@ -302,8 +303,6 @@ def _load_variants(site: LaunchSite, recipe: LaunchRecipe) -> None:
     if native.disabled_reason is not None or not recipe.variants or launch_hooks_active():
         return
     from triton.runtime import driver
-
-    from .warm_start import stats  # warm_start imports this module
 
     for digest, arguments in recipe.variants:
         device = arguments.device
