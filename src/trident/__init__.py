@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import cache, exc, testing
+from ._version import __version__
 from .api import explain, jit
 from .capture import python_kernels as _python_kernels
 from .capture.python_kernels import keep_opaque
@@ -36,5 +37,6 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'trident' has no attribute {name!r}")
 
 
-__all__ = ["jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "dynamo"]
-__version__ = "0.1.0"
+__all__ = [
+    "__version__", "jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "dynamo",
+]

@@ -29,7 +29,7 @@ import torch
 from . import exc
 from .cache import warm_start
 from .capture import module_state
-from .capture.guards import GuardSet, build_guards, describe_guards, first_failure
+from .capture.guards import GuardSet, build_guards, describe_guards, first_failure, see_through_guards
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
@@ -330,7 +330,8 @@ class JitFunction:
         try:
             roots = module_state.module_roots(self.fn, self.param_names, list(values))
             guards = build_guards(facts, trace, module_state.tensor_names(roots))
-            guards.attributes = module_reads.guards(module_state.module_paths(roots)) + trace.see_through.guards()
+            module_guards = module_reads.guards(module_state.module_paths(roots))
+            guards.attributes = module_guards + see_through_guards(trace.see_through)
             guards.relations += int64_range_guards(trace, guards)
             artifact = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
             try:

@@ -95,6 +95,4 @@ def _first_call(self: nn.Module, *args: object, **kwargs: object) -> object:
 def _reduce_ex(self: nn.Module, protocol: int) -> tuple[object, tuple[object, ...]]:
     # The wrapper's class exists in this process only: pickling (torch.save, copy.deepcopy) stores the module
     # and jits it again when loaded.
-    from .api import jit
-
-    return jit, (type(self)._trident_module,)  # type: ignore[attr-defined]
+    return jit_module, (type(self)._trident_module,)  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ PROGRAM = """
 W_SEED = int(os.environ.get("W_SEED", "0"))
 SCALE = float(os.environ.get("SCALE", "0.5"))
 if "FAKE_TRIDENT_VERSION" in os.environ:
-    trident.__version__ = os.environ["FAKE_TRIDENT_VERSION"]
+    trident._version.__version__ = os.environ["FAKE_TRIDENT_VERSION"]  # what the cache key reads
 torch.manual_seed(W_SEED)
 W = torch.randn(16)  # a module global the function reads
 

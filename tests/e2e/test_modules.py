@@ -115,6 +115,27 @@ def test_wrapper_is_the_module() -> None:
         wrapped.missing  # noqa: B018
 
 
+def test_a_copied_or_pickled_jitted_module_is_jitted_again() -> None:
+    """The wrapper's class exists in one process only: copy.deepcopy and pickle store the plain module and jit it
+    again when loaded; the copy is a separate module that compiles and runs natively on its own."""
+    import copy
+    import io
+
+    model = Model().eval()
+    wrapped = trident.jit(model)
+    x = torch.randn(3, 8)
+    buffer = io.BytesIO()
+    torch.save(wrapped, buffer)
+    buffer.seek(0)
+    for copied in (copy.deepcopy(wrapped), torch.load(buffer, weights_only=False)):
+        assert isinstance(copied, Model) and type(copied) is not Model and copied is not wrapped
+        assert all(a is not b and torch.equal(a, b) for a, b in zip(copied.parameters(), model.parameters()))
+        with torch.no_grad(), count_compiles() as compiles:
+            same_as_eager(copied, model, x)
+            same_as_eager(copied, model, x)
+        assert compiles() == 1 and hits(copied) == [2] and copied._trident.eager_calls == 0  # type: ignore[attr-defined]
+
+
 def test_in_place_weight_update_and_load_state_dict_are_seen() -> None:
     model = Model().eval()
     wrapped = trident.jit(model)

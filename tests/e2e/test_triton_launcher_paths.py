@@ -69,7 +69,7 @@ def host_descriptor_kernel(x_desc, out_desc, BM: tl.constexpr):
 
 
 def compiled_with(**metadata: Any) -> Any:
-    """What register_variant reads of a CompiledKernel: its metadata."""
+    """What LaunchSite.register reads of a CompiledKernel: its metadata."""
     fields = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False, "global_scratch_size": 0,
               "profile_scratch_size": 0, "tensordesc_meta": None, "instrumentation_mode": "", "shared": 0}  # fmt: skip
     return types.SimpleNamespace(metadata=types.SimpleNamespace(**{**fields, **metadata}))
@@ -110,7 +110,7 @@ def _recorded(tma_descriptor_metadata: dict[str, Any]) -> RecordedLaunch:
 
 def test_tma_descriptor_metadata_refuses_the_site_before_anything_else() -> None:
     """The plan's own refusal comes before "CUDA is not available": the same reason on every machine."""
-    native = tn.make_native_launch(_recorded({"x_ptr": ("stable", ([16],))}))
+    native = tn.LaunchSite(_recorded({"x_ptr": ("stable", ([16],))})).native
     assert native.disabled_reason == "TMA descriptor arguments"
     assert "through Triton's launcher (TMA descriptor arguments)" in tn.describe_launch_site(native)
     assert tn.LaunchPlan(_recorded({}), double_kernel).unsupported is None
@@ -147,10 +147,10 @@ def launch_hook() -> Iterator[list[object]]:
 
 
 def test_no_variant_is_registered_while_a_launch_hook_is_set(launch_hook: list[object]) -> None:
-    launch = _recorded({})
-    launch.native = _StubNative()
-    tn.register_variant(launch, compiled_with(), {}, [])
-    assert launch.native.calls == []  # neither registered nor disabled: native again once the hook is gone
+    site = tn.LaunchSite(_recorded({}))
+    site.native = _StubNative()
+    site.register(compiled_with(), {}, [])
+    assert site.native.calls == []  # neither registered nor disabled: native again once the hook is gone
 
 
 def _host_descriptors(x: torch.Tensor) -> torch.Tensor:

@@ -185,7 +185,9 @@ def test_without_cuda_a_native_launch_is_disabled_with_the_reason() -> None:
         {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "scale": 2.0, "BLOCK": 16},
         ["tensor", "tensor", "int", "int"],
     )
-    native = tn.make_native_launch(launch)
-    assert launch.native is native and native.fallback is launch
+    site = tn.LaunchSite(launch)
+    native = site.native
+    assert native.fallback is site and site.record is launch and tn.site_of(native) is site
+    assert tn.site_of(launch) is None  # a CPU launch's record is called as it is
     assert native.disabled_reason == "CUDA is not available"
     assert "through Triton's launcher (CUDA is not available)" in tn.describe_launch_site(native)

@@ -49,7 +49,7 @@ def test_an_unverified_triton_launches_through_tritons_launcher(monkeypatch: pyt
     monkeypatch.setattr(triton, "__version__", version)
     expected = f"native launch not verified for Triton {version} (verified: 3.6.0, 3.7.1, 3.8.0, 3.9.0)"
     assert tn.unverified_triton() == expected
-    native = tn.make_native_launch(cuda_launch())
+    native = tn.LaunchSite(cuda_launch()).native
     assert native.disabled_reason == expected  # before any other reason: nothing else matters then
     assert tn.describe_launch_site(native) == f"Triton kernel 'scale_kernel': through Triton's launcher ({expected})"
 
@@ -58,7 +58,7 @@ def test_an_unverified_triton_launches_through_tritons_launcher(monkeypatch: pyt
 def test_a_verified_triton_is_not_held_back(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     monkeypatch.setattr(triton, "__version__", version)
     assert tn.unverified_triton() is None
-    native = tn.make_native_launch(cuda_launch())
+    native = tn.LaunchSite(cuda_launch()).native
     if torch.cuda.is_available():
         assert native.disabled_reason is None
     else:

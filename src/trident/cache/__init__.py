@@ -89,7 +89,7 @@ def size_bytes() -> int:
 def stats() -> dict[str, float]:
     """This process's counts: lookups, loads, stores, not_persisted, rejected, corrupt, write_failures,
     untrusted, triton_binaries_loaded, and triton_binary_load_ms."""
-    from .warm_start import stats as counts
+    from .counters import stats as counts
 
     return dataclasses.asdict(counts)
 

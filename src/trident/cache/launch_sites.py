@@ -1,8 +1,8 @@
 """A Triton launch site in the disk cache: its persisted form (LaunchRecipe) and its rebuild in a new process.
 
 Compiled code reaches each launch through a context constant: the RecordedLaunch itself on CPU tensors (run by
-Triton's interpreter), its TritonLaunch on CUDA tensors (runtime/triton_native.py; the RecordedLaunch is its
-fallback). Neither object can be stored as it is: the RecordedLaunch names its kernel and constexprs by their
+Triton's interpreter), its TritonLaunch on CUDA tensors (runtime/triton_native.py; the site's LaunchSite, which
+holds the RecordedLaunch, is its fallback). Neither object can be stored as it is: the RecordedLaunch names its kernel and constexprs by their
 indices in torch's kernel_side_table, a table of this process; the TritonLaunch holds CUfunction handles.
 A LaunchRecipe holds instead:
   - the RecordedLaunch's own fields (grid, kwargs with Operand placeholders, operand kinds, device type);
@@ -16,12 +16,12 @@ A LaunchRecipe holds instead:
     configs and keys, do_not_specialize, debug) and Triton's cache-invalidating environment. A difference
     rejects the record (the call compiles instead): a stale binary or grid would compute the old kernel;
   - on CUDA, the binary (cubin) of each variant the site's TritonLaunch registered, deduplicated, with its
-    add_variant arguments. A new process loads them with Triton's load_binary and hands them to the new
+    VariantArguments. A new process loads them with Triton's load_binary and hands them to the new
     TritonLaunch, so the loaded specialization's first call launches natively. A launch whose key has no stored
     variant goes to Triton's launcher and registers one, as in the compiling process.
 Rebuilding registers the kernel and the constant arguments in this process's side table and makes a fresh
 RecordedLaunch with the new indices: the artifact's launch-site slot. Instantiating the artifact makes its
-TritonLaunch (runtime/specialization.py, as for a fresh compile); load_variants then hands it the stored variants.
+LaunchSite (runtime/specialization.py, as for a fresh compile); load_variants then hands it the stored variants.
 """
 from __future__ import annotations
 
@@ -36,8 +36,11 @@ import types
 from typing import Any
 
 from ..capture.triton_launches import RecordedLaunch, compiled_form
-from ..runtime.triton_native import VariantArguments, add_variant, kernel_chain, launch_hooks_active
+from ..runtime.triton_native import (
+    LaunchPlan, LaunchSite, VariantArguments, kernel_chain, launch_hooks_active, site_of,
+)  # fmt: skip
 from .fingerprint import code_digest
+from .counters import stats
 
 
 class LaunchSiteMismatch(Exception):
@@ -106,9 +109,9 @@ def triton_environment() -> tuple[tuple[str, str], ...]:
 # Persisting
 
 
-def recipe_of(launch: RecordedLaunch) -> tuple[LaunchRecipe | None, str | None]:
-    """The persisted form of a launch site (its record, with the plan and variants of its TritonLaunch on CUDA),
-    or why it has none."""
+def recipe_of(launch: RecordedLaunch, called: object) -> tuple[LaunchRecipe | None, str | None]:
+    """The persisted form of a launch site (its record, with the plan and variants of its LaunchSite on CUDA),
+    or why it has none. `called` is what compiled code calls for it (runtime/specialization.launch_site)."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
     where = f"its launch of Triton kernel '{launch.kernel_name}' cannot be persisted"
@@ -121,8 +124,9 @@ def recipe_of(launch: RecordedLaunch) -> tuple[LaunchRecipe | None, str | None]:
         pickle.dumps((launch.grid, launch.kwargs, launch.tma_descriptor_metadata, locator))
     except Exception as e:
         return None, f"{where}: its arguments cannot be pickled ({type(e).__name__}: {e})"
-    binaries, variants = _stored_variants(launch)
-    plan = launch.plan
+    site = site_of(called)
+    plan = site.plan if site is not None else None
+    binaries, variants = _stored_variants(plan)
     recipe = LaunchRecipe(
         kernel_name=launch.kernel_name, grid=list(launch.grid),
         tma_descriptor_metadata=dict(launch.tma_descriptor_metadata), kwargs=dict(launch.kwargs),
@@ -191,11 +195,10 @@ def _unlike_synthesized_autotuner(kernel: Any) -> str | None:
 _binaries: dict[str, KernelBinary] = {}
 
 
-def _stored_variants(launch: RecordedLaunch) -> tuple[dict[str, KernelBinary], list[tuple[str, VariantArguments]]]:
+def _stored_variants(plan: LaunchPlan | None) -> tuple[dict[str, KernelBinary], list[tuple[str, VariantArguments]]]:
     """The binaries of the variants registered on a CUDA site (each stored once), and the variants."""
     binaries: dict[str, KernelBinary] = {}
     variants: list[tuple[str, VariantArguments]] = []
-    plan = launch.plan
     for variant in plan.variants if plan is not None else []:
         compiled = variant.compiled
         if compiled is None:  # loaded from the disk cache: its specialization is not published again
@@ -244,13 +247,14 @@ def load_variants(site: object, recipe: LaunchRecipe) -> None:
     LaunchSiteMismatch when the kernel specializes on other operands here than when it was compiled."""
     if recipe.device_type != "cuda":
         return
-    launch = site.fallback  # type: ignore[attr-defined]  # the TritonLaunch's record (make_native_launch)
-    if tuple(tuple(k) for k in launch.plan.key_spec) != recipe.key_spec:
+    launch_site = site_of(site)
+    assert launch_site is not None, "a CUDA launch instantiates as a LaunchSite's TritonLaunch"
+    if tuple(tuple(k) for k in launch_site.plan.key_spec) != recipe.key_spec:
         raise LaunchSiteMismatch(
-            f"kernel '{recipe.kernel_name}' specializes on other operands here ({launch.plan.key_spec} now, "
+            f"kernel '{recipe.kernel_name}' specializes on other operands here ({launch_site.plan.key_spec} now, "
             f"{list(recipe.key_spec)} when compiled)"
         )
-    _load_variants(launch, recipe)
+    _load_variants(launch_site, recipe)
 
 
 def find_kernel(locator: KernelLocator) -> Any:
@@ -287,7 +291,7 @@ def find_kernel(locator: KernelLocator) -> Any:
 _loaded: dict[tuple[str, int], tuple[int, int]] = {}
 
 
-def _load_variants(launch: RecordedLaunch, recipe: LaunchRecipe) -> None:
+def _load_variants(site: LaunchSite, recipe: LaunchRecipe) -> None:
     """Load each stored binary once per device and hand every stored variant to the site's TritonLaunch.
 
     Variants are skipped (their keys go to Triton's launcher, which compiles and registers them again) where
@@ -295,12 +299,10 @@ def _load_variants(launch: RecordedLaunch, recipe: LaunchRecipe) -> None:
     for a device index this process does not have or whose architecture differs."""
     import torch
 
-    native = launch.native
+    native = site.native
     if native.disabled_reason is not None or not recipe.variants or launch_hooks_active():
         return
     from triton.runtime import driver
-
-    from .warm_start import stats  # warm_start imports this module
 
     for digest, arguments in recipe.variants:
         device = arguments.device
@@ -326,7 +328,7 @@ def _load_variants(launch: RecordedLaunch, recipe: LaunchRecipe) -> None:
                 f"allows {max_threads} on device {device} here"
             )
         with torch.cuda.device(device):  # a variant belongs to the context current when it is added
-            add_variant(launch, function, arguments)
+            site.add_variant(function, arguments)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -112,9 +112,10 @@ def bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
 
 
 def constant_recipes(
-    guards: GuardSet, trace: Trace, slots: Sequence[object], walk: StateWalk
+    guards: GuardSet, trace: Trace, slots: Sequence[object], live: Sequence[object], walk: StateWalk
 ) -> tuple[list[ConstantRecipe], str | None]:
-    """How a new process gets each artifact slot (record.ConstantRecipe), or why one cannot be persisted."""
+    """How a new process gets each artifact slot (record.ConstantRecipe), or why one cannot be persisted. `live`
+    holds the objects instantiated from the slots (a launch site's variants are on its live object)."""
     identity_paths = {
         id(guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items) for ig in guards.identities
     }
@@ -147,7 +148,7 @@ def constant_recipes(
                     "could not find it again"
                 )
         else:
-            recipe, reason = _object_recipe(obj, identity_paths, walk.object_paths)
+            recipe, reason = _object_recipe(obj, live[i], identity_paths, walk.object_paths)
             if recipe is None:
                 return [], reason
             recipes.append(recipe)
@@ -155,10 +156,13 @@ def constant_recipes(
 
 
 def _object_recipe(
-    obj: object, identity_paths: dict[int, tuple[object, ...]], object_paths: dict[int, tuple[object, ...]]
+    obj: object,
+    live: object,
+    identity_paths: dict[int, tuple[object, ...]],
+    object_paths: dict[int, tuple[object, ...]],
 ) -> tuple[ConstantRecipe | None, str | None]:
     """The recipe of an artifact slot other than the trace's tensors (one branch per kind of object the lowering
-    adds to the context), or why it has none."""
+    adds to the context), or why it has none. `live` is the object instantiated from the slot."""
     if id(obj) in identity_paths:
         return ConstantRecipe("argument", identity_paths[id(obj)]), None
     if type(obj) in SCALAR_TYPES:
@@ -168,7 +172,7 @@ def _object_recipe(
     if isinstance(obj, BufferPoolSlot):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None
     if isinstance(obj, LaunchSiteSlot):
-        launch, reason = launch_sites.recipe_of(obj.launch)
+        launch, reason = launch_sites.recipe_of(obj.launch, live)
         return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
     if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
         return ConstantRecipe("value", value=obj), None

@@ -70,7 +70,7 @@ def trident_source_digest() -> str:
 @functools.cache
 def environment() -> tuple[tuple[str, str], ...]:
     """(name, value) pairs of everything version-like the compiled code depends on (the runtime aside)."""
-    from .. import __version__
+    from .._version import __version__
 
     return (
         ("trident", __version__),

@@ -19,7 +19,8 @@ import torch
 
 from .. import abi
 from .constant_views import byte_distance
-from .inputs import CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .python_kernels import KernelVersions, Report
 from .trace import Trace
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
@@ -159,17 +160,6 @@ class DerivedConstantGuard:
         return f"constant #{self.index}: a view of {base} made at capture, at its data + {self.distance} bytes"
 
 
-class _Absent:
-    """AttributeGuard.value of an entry that must not exist; pickles as this module's ABSENT (disk cache)."""
-
-    def __reduce__(self) -> str:
-        return "ABSENT"
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -695,3 +685,14 @@ def _shape_text(path: LeafPath, guards: GuardSet) -> tuple[str, str, str]:
     sizes = "[" + ", ".join(values.get(("size", d), "?") for d in range(rank)) + "]"
     strides = "[" + ", ".join(values.get(("stride", d), "?") for d in range(rank)) + "]"
     return sizes, strides, values.get(("offset", 0), "?")
+
+
+def see_through_guards(report: Report) -> list[AttributeGuard]:
+    """Pins for the Python kernels a capture traced into (python_kernels.Report.depends): each (operator,
+    dispatch key) still has the function registered then (its token in KernelVersions), or still none."""
+    out = []
+    for name, value in report.depends.items():
+        kind = LeafKind.INT if isinstance(value, int) else LeafKind.OBJECT  # ABSENT: must stay absent
+        op, key = name.rsplit("/", 1)
+        out.append(AttributeGuard(f"Python kernel of {op} for {key}", KernelVersions, name, False, kind, value))
+    return out

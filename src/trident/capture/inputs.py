@@ -159,3 +159,17 @@ def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: S
 
 def _key(path: LeafPath) -> tuple[int, tuple[int, ...]]:
     return (path.param, path.items)
+
+
+class _Absent:
+    """AttributeGuard.value (guards.py) of an entry that must not exist; pickles as this module's ABSENT (disk
+    cache). Defined here, below guards.py, so that python_kernels.py, which trace.py imports, can use it."""
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()

@@ -61,6 +61,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..knobs import knobs
+from .inputs import ABSENT
 
 # ---------------------------------------------------------------------------------------------------------
 # Which Python kernels are registered
@@ -207,8 +208,6 @@ class CaptureRegistrations:
                 f"the function registers operator kernels while it runs (torch.library: {shown}), as flag-gems' "
                 f"use_gems() does, and {problem}; compiled code would call the operators without them"
             )
-        from .guards import ABSENT
-
         for made in self.made:
             assert made.pair is not None
             name = "/".join(made.pair)
@@ -424,17 +423,6 @@ class Report:
         lines += [f"opaque {op}: {reason}; called through the dispatcher" for op, reason in self.opaque.items()]
         return lines
 
-    def guards(self) -> list[Any]:
-        from .guards import AttributeGuard
-        from .inputs import LeafKind
-
-        out = []
-        for name, value in self.depends.items():
-            kind = LeafKind.INT if isinstance(value, int) else LeafKind.OBJECT  # ABSENT: must stay absent
-            op, key = name.rsplit("/", 1)
-            out.append(AttributeGuard(f"Python kernel of {op} for {key}", KernelVersions, name, False, kind, value))
-        return out
-
 
 _VALUE_READ_OPS = {"aten::_local_scalar_dense", "aten::item"}
 
@@ -537,8 +525,6 @@ class SeeThroughMode(TorchDispatchMode):
         mismatch = _schema_mismatch(func, args, kwargs, result, _written(graph, last))
         if mismatch is not None:
             raise self._refuse(kernel.op, mismatch)
-        from .guards import ABSENT
-
         self.report.traced[kernel.op] = self.report.traced.get(kernel.op, 0) + 1
         self.report.kinds[kernel.op] = f"{kernel.kind}, {kernel.key} kernel"
         for key in dict.fromkeys((kernel.registered_key, kernel.key)):

@@ -560,14 +560,24 @@ class Operand:
 
 
 @dataclasses.dataclass
-class RecordedLaunch:
-    """One kernel launch of a captured program. Compiled code calls it with the launch's runtime operands
-    (tensors and symbolic ints, in Operand order): through Triton's interpreter for CPU tensors, through
-    Triton's own launcher otherwise. A grid with a zero dimension launches nothing, as in Triton.
+class Launched:
+    """What one launch of a record did: the CompiledKernel Triton's launcher ran (None when nothing launched or
+    Triton's interpreter ran it), the keyword arguments it was given, and whether it was interpreted on device
+    tensors (a kernel decorated under TRITON_INTERPRET=1)."""
 
-    On CUDA, compiled code reaches it only as the fallback of its native TritonLaunch (`native`, see
-    runtime/triton_native.py): after Triton launched the kernel, the variant it compiled is registered so
-    that later launches with the same specialization go native."""
+    compiled: Any
+    kwargs: dict[str, Any]
+    interpreted_on_device: bool = False
+
+
+@dataclasses.dataclass
+class RecordedLaunch:
+    """One kernel launch of a captured program, as plain data. Compiled code calls it with the launch's runtime
+    operands (tensors and symbolic ints, in Operand order) for CPU tensors, which run through Triton's
+    interpreter. A grid with a zero dimension launches nothing, as in Triton.
+
+    A CUDA launch site is a runtime object built from the record (runtime/triton_native.py, LaunchSite): it
+    launches natively and calls `launch` for what it has no native variant of."""
 
     kernel_name: str
     kernel_idx: int
@@ -577,43 +587,39 @@ class RecordedLaunch:
     kwargs: dict[str, Any]  # literals or Operands
     operand_kinds: list[str] = dataclasses.field(default_factory=list)  # "tensor", "int", "float", "bool"
     device_type: str = "cpu"  # of the launch's tensors
-    native: Any = dataclasses.field(default=None, repr=False)  # the TritonLaunch, for CUDA launches
-    plan: Any = dataclasses.field(default=None, repr=False)  # its LaunchPlan (with the variants registered)
-    # Called after Triton launched the kernel for compiled code: (launch, CompiledKernel, kwargs, operands). Set
-    # with `native` by the runtime (triton_native.register_variant), which capture does not import.
-    on_triton_launch: Callable[..., None] | None = dataclasses.field(default=None, repr=False)
 
     def constants(self) -> dict[str, Any]:
         """Arguments torch kept out of the graph (constexprs, literals), by name."""
         return dict(kernel_side_table.get_constant_args(self.constant_args_idx))
 
     def __call__(self, *operands: Any) -> None:
+        self.launch(operands)
+
+    def launch(self, operands: Sequence[Any]) -> Launched:
+        """Launch the kernel on `operands` as eager would: Triton's interpreter for CPU tensors (and for a kernel
+        decorated under TRITON_INTERPRET=1), Triton's own launcher otherwise."""
+
         def fill(value: Any) -> Any:
             return operands[value.index] if isinstance(value, Operand) else value
 
         kwargs = {name: fill(v) for name, v in self.kwargs.items()}
         grid = [tuple(fill(d) for d in dims) for dims in self.grid]
         if any(d == 0 for d in grid[0]):
-            return
+            return Launched(None, kwargs)
         on_cpu = all(t.device.type == "cpu" for t in kwargs.values() if isinstance(t, torch.Tensor))
         interpreted = not on_cpu and made_under_interpreter(kernel_side_table.get_kernel(self.kernel_idx))
-        if interpreted and self.native is not None and self.native.disabled_reason is None:
-            self.native.disable("the kernel was decorated under TRITON_INTERPRET=1: it runs through Triton's "
-                                "interpreter, as in eager")
         try:
             if on_cpu or interpreted:
                 # The interpreter copies device tensors to the host and back, as eager's interpreted launch does.
                 run_recorded_launch_on_cpu(
                     self.kernel_idx, self.constant_args_idx, grid, self.tma_descriptor_metadata, kwargs
                 )
-                return
-            compiled = self._launch_with_triton(grid, kwargs)
+                return Launched(None, kwargs, interpreted_on_device=interpreted)
+            return Launched(self._launch_with_triton(grid, kwargs), kwargs)
         except Exception as e:
             # Triton's own exception (the one eager raises), with where it came from.
             e.add_note(f"trident: raised by Triton while launching kernel '{self.kernel_name}' from compiled code")
             raise
-        if self.native is not None and self.on_triton_launch is not None:
-            self.on_triton_launch(self, compiled, kwargs, operands)
 
     def _launch_with_triton(self, grid: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> Any:
         """Triton's own launcher (it checks its specialization itself): the side-table kernel, which torch

@@ -62,9 +62,9 @@ def launch_site(launch: Any) -> object:
     Triton's launcher as fallback), the recorded launch itself on CPU tensors (Triton's interpreter)."""
     if launch.device_type != "cuda":
         return launch
-    from .triton_native import make_native_launch
+    from .triton_native import LaunchSite
 
-    return make_native_launch(launch)
+    return LaunchSite(launch).native
 
 
 def new_buffer_pool(sites: int) -> object:

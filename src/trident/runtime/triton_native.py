@@ -5,16 +5,19 @@ key spec names the operands Triton specializes the kernel on and how: 16-byte al
 integers equal to 1, divisible by 16 or wider than 32 bits (honouring do_not_specialize and
 do_not_specialize_on_alignment), and the exact values of autotune keys and of ints that heuristics read.
 
-Variants are learned, never assumed. A launch with no matching variant goes to the site's fallback, Triton's
-own launcher, which compiles (and autotunes) exactly as eager would. `register_variant` then reads what
-cuLaunchKernel needs from the CompiledKernel Triton returned, checks that the native key agrees with
-Triton's own specialization of that call (a disagreement disables native launches for the site instead of
-risking a wrong kernel), and hands the variant over. Kernel features the native launcher does not implement
-(clusters, cooperative or PDL launches, scratch buffers, TMA descriptors, fp16 scalars, hooks) disable
-native launches for the site with the reason; its launches stay correct through Triton's launcher.
+Each CUDA launch site is a LaunchSite: capture's record of the launch, its LaunchPlan and its TritonLaunch.
+Variants are learned, never assumed. A launch with no matching variant goes to the TritonLaunch's fallback,
+the LaunchSite, which runs Triton's own launcher: it compiles (and autotunes) exactly as eager would.
+`LaunchSite.register` then reads what cuLaunchKernel needs from the CompiledKernel Triton returned, checks that
+the native key agrees with Triton's own specialization of that call (a disagreement disables native launches
+for the site instead of risking a wrong kernel), and hands the variant over. Kernel features the native
+launcher does not implement (clusters, cooperative or PDL launches, scratch buffers, TMA descriptors, fp16
+scalars, hooks) disable native launches for the site with the reason; its launches stay correct through
+Triton's launcher.
 
-Each site's LaunchPlan remembers the add_variant calls made for it (VariantArguments), so that the disk cache can
-store the variants' binaries and hand them to the TritonLaunch of a new process (cache/launch_sites.py).
+Each site's LaunchPlan remembers the variants handed to its TritonLaunch (VariantArguments), so that the disk
+cache can store the variants' binaries and hand them to the TritonLaunch of a new process
+(cache/launch_sites.py).
 
 The launcher follows Triton's CUDA launch ABI, which is private and changes between releases; native launches
 run only under the Triton versions in VERIFIED_LAUNCH_ABI. Under any other version every launch goes through
@@ -36,7 +39,7 @@ from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_ru
     KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE,
     PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
 )  # fmt: skip
-from ..capture.triton_launches import Operand  # a runtime operand's placeholder in a recorded launch
+from ..capture.triton_launches import Operand, RecordedLaunch
 
 log = logging.getLogger("trident")
 
@@ -181,29 +184,84 @@ class RegisteredVariant:
     # from the disk cache (launch_sites.py keeps those modules loaded for the life of the process)
 
 
-def add_variant(launch: Any, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
-    """Hand one compiled variant to the site's TritonLaunch, and remember the call on its plan."""
-    from trident.runtime import load_runtime
+class LaunchSite:
+    """The runtime object of one CUDA launch site: capture's record (plain data), its LaunchPlan (how launches
+    are keyed, and every variant handed over) and its TritonLaunch, which compiled code calls. The site is the
+    TritonLaunch's fallback: a launch with no native variant comes here, runs through Triton's launcher and
+    registers the variant Triton compiled (`register`). The disk cache hands stored variants to `add_variant`."""
 
-    a = arguments
-    load_runtime().watch_launch_hooks(*_hook_lists())  # the chains now installed (Triton may have replaced them)
-    launch.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
-    launch.plan.variants.append(RegisteredVariant(arguments, compiled))
+    def __init__(self, record: Any) -> None:
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
+        from trident.runtime import load_runtime
 
-def make_native_launch(launch: Any) -> Any:
-    """The TritonLaunch of a CUDA launch site; its fallback is the RecordedLaunch itself."""
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+        self.record = record
+        self.plan = LaunchPlan(record, kernel_side_table.get_kernel(record.kernel_idx))
+        self.native = load_runtime().TritonLaunch(record.kernel_name, self, self.plan.key_spec)
+        reason = unverified_triton() or self.plan.unsupported or cuda_ready()
+        if reason is not None:
+            self.native.disable(reason)
 
-    from trident.runtime import load_runtime
+    def __call__(self, *operands: Any) -> None:
+        launched = self.record.launch(operands)
+        if launched.interpreted_on_device and self.native.disabled_reason is None:
+            self.native.disable("the kernel was decorated under TRITON_INTERPRET=1: it runs through Triton's "
+                                "interpreter, as in eager")
+        if launched.compiled is not None:
+            self.register(launched.compiled, launched.kwargs, operands)
 
-    plan = LaunchPlan(launch, kernel_side_table.get_kernel(launch.kernel_idx))
-    native = load_runtime().TritonLaunch(launch.kernel_name, launch, plan.key_spec)
-    reason = unverified_triton() or plan.unsupported or cuda_ready()
-    if reason is not None:
-        native.disable(reason)
-    launch.native, launch.plan, launch.on_triton_launch = native, plan, register_variant
-    return native
+    def add_variant(self, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
+        """Hand one compiled variant to the TritonLaunch, and remember it on the plan."""
+        from trident.runtime import load_runtime
+
+        a = arguments
+        load_runtime().watch_launch_hooks(*_hook_lists())  # the chains now installed (Triton may have replaced them)
+        self.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
+        self.plan.variants.append(RegisteredVariant(arguments, compiled))
+
+    def register(self, compiled: Any, kwargs: Mapping[str, Any], operands: Sequence[object]) -> None:
+        """After Triton launched the kernel for `operands`, let later launches with the same specialization key
+        go native."""
+        native, launch = self.native, self.record
+        if native.disabled_reason is not None or native.variant_count >= MAX_VARIANTS:
+            return
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+        if launch_hooks_active():
+            return  # a profiler is listening: keep launching through Triton while it is
+        reason = _unsupported_metadata(compiled)
+        kernel = kernel_side_table.get_kernel(launch.kernel_idx)
+        _, jit = kernel_chain(kernel)
+        if jit.pre_run_hooks:
+            reason = "the kernel has pre-run hooks"
+        if reason is not None:
+            native.disable(reason)
+            return
+        args, grid_index = launch_arguments(launch, kernel, kwargs)
+        defaults = {p.name: p.default for p in jit.params if p.has_default}
+        slots = _param_slots(compiled.src.signature, args, defaults, launch.operand_kinds)
+        if isinstance(slots, str):
+            native.disable(slots)
+            return
+        values = [_operand_key_value(operands[i]) for i, _ in self.plan.key_spec]
+        key = native.key(values)
+        device = torch.cuda.current_device()
+        binder = jit.device_caches[device][4]
+        concrete = {name: (operands[v.index] if isinstance(v, Operand) else v) for name, v in args.items()}
+        _, specialization, _ = binder(**concrete)
+        param_index = {p.name: i for i, p in enumerate(jit.params)}
+        expected = _expected_key(self.plan, specialization, param_index, values)
+        if key != expected:
+            native.disable(f"internal: native specialization key {key} differs from Triton's {expected}")
+            log.warning("trident: launches of '%s' stay on Triton's launcher: %s", launch.kernel_name,
+                        native.disabled_reason)
+            return
+        grid = [(1, d.index) if isinstance(d, Operand) else (0, int(d)) for d in launch.grid[grid_index]]
+        grid += [(0, 1)] * (3 - len(grid))
+        arguments = VariantArguments(
+            tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
+        )
+        self.add_variant(compiled.function, arguments, compiled)  # the plan keeps `compiled` (its CUDA module)
 
 
 def _operand_key_value(operand: object) -> int:
@@ -330,56 +388,15 @@ def launch_hooks_active() -> bool:
     return any(getattr(hook, "calls", hook is not None) for hook in _hook_chains())
 
 
-def register_variant(launch: Any, compiled: Any, kwargs: Mapping[str, Any], operands: Sequence[object]) -> None:
-    """After Triton launched the site's kernel for `operands`, let later launches with the same
-    specialization key go native."""
-    native = getattr(launch, "native", None)
-    if native is None or native.disabled_reason is not None or compiled is None:
-        return
-    if native.variant_count >= MAX_VARIANTS:
-        return
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-
-    if launch_hooks_active():
-        return  # a profiler is listening: keep launching through Triton while it is
-    reason = _unsupported_metadata(compiled)
-    kernel = kernel_side_table.get_kernel(launch.kernel_idx)
-    _, jit = kernel_chain(kernel)
-    if jit.pre_run_hooks:
-        reason = "the kernel has pre-run hooks"
-    if reason is not None:
-        native.disable(reason)
-        return
-    args, grid_index = launch_arguments(launch, kernel, kwargs)
-    defaults = {p.name: p.default for p in jit.params if p.has_default}
-    slots = _param_slots(compiled.src.signature, args, defaults, launch.operand_kinds)
-    if isinstance(slots, str):
-        native.disable(slots)
-        return
-    plan: LaunchPlan = launch.plan
-    values = [_operand_key_value(operands[i]) for i, _ in plan.key_spec]
-    key = native.key(values)
-    device = torch.cuda.current_device()
-    binder = jit.device_caches[device][4]
-    concrete = {name: (operands[v.index] if isinstance(v, Operand) else v) for name, v in args.items()}
-    _, specialization, _ = binder(**concrete)
-    param_index = {p.name: i for i, p in enumerate(jit.params)}
-    expected = _expected_key(plan, specialization, param_index, values)
-    if key != expected:
-        native.disable(f"internal: native specialization key {key} differs from Triton's {expected}")
-        log.warning("trident: launches of '%s' stay on Triton's launcher: %s", launch.kernel_name, native.disabled_reason)
-        return
-    grid = [(1, d.index) if isinstance(d, Operand) else (0, int(d)) for d in launch.grid[grid_index]]
-    grid += [(0, 1)] * (3 - len(grid))
-    arguments = VariantArguments(
-        tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
-    )
-    add_variant(launch, compiled.function, arguments, compiled)  # the plan keeps `compiled` (its CUDA module)
+def site_of(called: object) -> LaunchSite | None:
+    """The LaunchSite of what a launch op of compiled code calls (its TritonLaunch); None for a CPU launch's record."""
+    fallback = getattr(called, "fallback", None)
+    return fallback if isinstance(fallback, LaunchSite) else None
 
 
 def describe_launch_site(site: Any) -> str:
     """One explain line for what a launch op of compiled code calls."""
-    if getattr(site, "native", None) is None and hasattr(site, "kernel_idx"):
+    if isinstance(site, RecordedLaunch):
         return f"Triton kernel '{site.kernel_name}': CPU tensors, run through Triton's interpreter"
     if site.disabled_reason is not None:
         return f"Triton kernel '{site.name}': through Triton's launcher ({site.disabled_reason})"
