@@ -11,7 +11,6 @@ from .knobs import knobs
 _python_kernels.watch()  # from import on, Python kernels registered for operators are known to capture
 
 
-
 def export(fn: object, path: str) -> list[object]:
     """Write the specializations of the jitted function `fn` under `path` (cache/export.py); returns the records
     written. A fresh process that calls trident.load(path) serves its first matching call natively."""
@@ -28,4 +27,16 @@ def load(path: str) -> int:
     return add(path)
 
 
-__all__ = ["__version__", "jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load"]
+def __getattr__(name: str) -> object:
+    # trident.dynamo (torch.compile's backend: trident.dynamo.backend) is imported on first use, so that `import
+    # trident` stays cheap. (`trident.backend` is the native-code stage, backend/, not torch.compile's backend.)
+    if name == "dynamo":
+        import importlib
+
+        return importlib.import_module(".dynamo", __name__)
+    raise AttributeError(f"module 'trident' has no attribute {name!r}")
+
+
+__all__ = [
+    "__version__", "jit", "explain", "keep_opaque", "exc", "testing", "knobs", "cache", "export", "load", "dynamo",
+]

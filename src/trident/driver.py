@@ -103,9 +103,11 @@ def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list
 class JitFunction:
     """One jitted function: its native entry (built on first use) and the miss path."""
 
-    def __init__(self, fn: Callable[..., object]) -> None:
+    def __init__(self, fn: Callable[..., object], name: str | None = None) -> None:
         self.fn = fn
-        self.name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+        # How messages and explain name it: the function's own name unless the caller knows a better one (a
+        # torch.compile graph, dynamo.py).
+        self.name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
         self.signature, self.param_names, self.n_positional, self._defaults = _signature_facts(fn)
         # The native entry needs the runtime, whose first build takes ~40 s: decorating (importing a module of
         # jitted functions) must not pay that, so the entry is made here only when this process has loaded the
@@ -123,6 +125,10 @@ class JitFunction:
         self._lock = threading.RLock()  # one compile at a time per function; hits never take it
         self._warned: set[str] = set()
         self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
+
+    # The eager-fallback warning points at the line that called the entry: warn <- _run_eagerly <- on_miss <- there.
+    # A subclass whose entry is called through other frames says how far (dynamo.py).
+    warning_stacklevel = 3
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -264,7 +270,7 @@ class JitFunction:
         report_fallback(self.name, reason)  # strict mode (tests) raises here
         if reason not in self._warned:
             self._warned.add(reason)
-            warnings.warn(f"trident: {reason}", stacklevel=3)
+            warnings.warn(f"trident: {reason}", stacklevel=self.warning_stacklevel)
         return call_eagerly(self.fn, args, kwargs)
 
     def _miss_reason(self, values: Sequence[object], facts: CallFacts) -> str:

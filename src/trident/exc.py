@@ -42,3 +42,8 @@ class KernelLaunchError(TridentError, RuntimeError):
     """The CUDA driver refused a native Triton kernel launch; the message names the kernel and the CUDA error.
 
     A RuntimeError too, like the error Triton's own launcher raises for the same failure."""
+
+
+class InvalidOption(TridentError, ValueError):
+    """An option given to Trident's torch.compile backend (`options={...}`) that it does not know, or a value of
+    the wrong type; the message names the option and lists the valid ones."""

@@ -70,3 +70,16 @@ def test_eager_fallback_cpu_runs(tmp_path: Path) -> None:
     # every timed Trident call ran eagerly (warm-up + 20 calls each; "captured every call" does 20 // 20 = 1)
     assert data["eager_calls"] == [21, 2]
     assert set(data["us_per_call"]) == {"eager", "trident, remembered", "trident, captured every call"}
+
+
+def test_dynamo_overhead_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dynamo_overhead.py"), "--no-inductor", "--calls", "20",
+         "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["all_native"] is True
+    assert set(data["results"]) == {"eager", "compile, backend=eager", "compile, backend=trident", "trident.jit"}

@@ -1,0 +1,128 @@
+"""Per-call host time of one small launch-bound program: eager, torch.compile (Inductor), torch.compile with
+backend="trident", trident.jit, and torch.compile(backend="eager") (Dynamo's frame and guards around the
+unchanged graph), all in one process.
+
+The program is a chain of cheap ops on tiny tensors (on CUDA, plus one user Triton kernel), so a call costs what
+the host does. backend="trident" minus trident.jit is what Dynamo adds in front of the same native entry (its
+guard evaluation and frame handling); backend="eager" minus eager is Dynamo's cost around a graph run in Python.
+
+    python benchmarks/dynamo_overhead.py [--device cpu|cuda] [--calls N] [--rounds N] [--no-inductor] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+import trident
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_overhead_cpu import machine  # noqa: E402 -- a sibling script
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 0.5, mask=mask)
+
+
+def program(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Twelve cheap ops (and on CUDA one Triton launch): per-call time is host time."""
+    h = x
+    for i in range(3):
+        h = h * y
+        h = h + x
+        h = torch.relu(h) if i % 2 == 0 else torch.tanh(h)
+        h = h - h.mean(dim=-1, keepdim=True)
+    if h.is_cuda:
+        out = torch.empty_like(h)
+        scale_kernel[(triton.cdiv(h.numel(), 256),)](h, out, h.numel(), BLOCK=256)
+        h = out
+    return h
+
+
+def us_per_call(fn: Callable[[], object], calls: int, rounds: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """(median, spread) of µs per call over `rounds` rounds of `calls` calls after warm-up; the device is
+    synchronized only between rounds, so a call's time is the host's while the device keeps up."""
+    for _ in range(max(calls // 10, 20)):
+        fn()
+    sync()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    samples.sort()
+    return statistics.median(samples), samples[-1] - samples[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile's default backend")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 64, device=device), torch.randn(4, 64, device=device)
+    systems: dict[str, Callable[[], object]] = {"eager": lambda: program(x, y)}
+    if not args.no_inductor:
+        inductor = torch.compile(program)
+        systems["torch.compile"] = lambda: inductor(x, y)
+    dynamo_eager = torch.compile(program, backend="eager")
+    systems["compile, backend=eager"] = lambda: dynamo_eager(x, y)
+    via_trident = torch.compile(program, backend=trident.dynamo.backend)
+    systems["compile, backend=trident"] = lambda: via_trident(x, y)
+    jitted = trident.jit(program)
+    systems["trident.jit"] = lambda: jitted(x, y)
+
+    results: dict[str, dict[str, float]] = {}
+    with torch.no_grad():
+        expected = program(x, y)
+        for name, fn in systems.items():
+            torch.testing.assert_close(fn(), expected)
+            median, spread = us_per_call(fn, args.calls, args.rounds, sync)
+            results[name] = {"us": median, "spread": spread}
+    graphs = trident.dynamo.compiled_graphs()
+    native = all(g.eager_calls == 0 and g.specializations for g in graphs) and jitted._trident.eager_calls == 0
+
+    info = machine()
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = str(torch.version.cuda)
+    print(f"machine: {info['cpu']} ({info['threads']} threads){', ' + info['gpu'] if 'gpu' in info else ''}; "
+          f"Python {info['python']}, torch {info['torch']}, Triton {info['triton']}, trident {info['trident']}")
+    print(f"device {device.type}; every Trident call native: {native}")
+    base = results["trident.jit"]["us"]
+    print(f"{'system':<26} {'µs/call':>9} {'spread':>8} {'/ trident.jit':>14}")
+    for name, row in results.items():
+        print(f"{name:<26} {row['us']:>9.2f} {row['spread']:>8.2f} {row['us'] / base:>13.2f}x")
+    dynamo_over_trident = results["compile, backend=trident"]["us"] - base
+    dynamo_over_eager = results["compile, backend=eager"]["us"] - results["eager"]["us"]
+    print(f"Dynamo in front of Trident's entry (backend=trident - trident.jit): {dynamo_over_trident:.2f} µs per call")
+    print(f"Dynamo around a Python graph (backend=eager - eager):              {dynamo_over_eager:.2f} µs per call")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "machine": info, "device": device.type, "results": results, "all_native": native,
+            "dynamo_over_trident_us": dynamo_over_trident, "dynamo_over_eager_us": dynamo_over_eager,
+        }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

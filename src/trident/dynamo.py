@@ -1,0 +1,246 @@
+"""`torch.compile(fn, backend="trident")`: each graph Dynamo captures becomes one Trident SCM.
+
+Dynamo does what `trident.jit` refuses: it splits a function at graph breaks (`.item()`-driven branches,
+prints, unsupported Python), runs those pieces in Python, and hands each straight-line piece to a backend as an
+FX GraphModule with example inputs. This backend wraps the GraphModule's `forward` in a JitFunction
+(driver.py), so a graph is compiled exactly as a jitted function is: Trident captures it again with make_fx over
+its own fake tensors, so the ATen calls of the graph and its user Triton kernels (Dynamo's
+`triton_kernel_wrapper_mutation` nodes, which make_fx records as `wrap_triton` launches are recorded) go through
+Trident's own capture, guards, lowering and runtime. What the backend returns is the native entry: Dynamo's
+guards pass, then the entry's guards pick a specialization, with no Python frame of Trident's between them.
+
+Dynamo's contract holds because the graph is run as written: the entry returns what `forward` returns (the
+same tuple of outputs, tensors aliasing inputs where the graph's outputs do), and the graph's in-place ops on
+its inputs are captured and replayed in order. A graph Trident cannot capture or compile runs eagerly (the
+GraphModule itself) with one warning, as a jitted function does; strict mode raises instead.
+
+Dynamic shapes: what Dynamo made symbolic (SymInt / SymFloat inputs, symbolic sizes and storage offsets of its
+placeholders' fake values) starts symbolic in Trident too, instead of being a constant until it changes; the rest
+follows Trident's automatic dynamic. Warm start (the disk cache) is off for graphs: a record stored for one never
+fit in another process (NOT_OPTIONS says so), so each process compiles its graphs.
+
+Options (`torch.compile(..., options={...})`) are Trident's knobs (knobs.py) by field name, applied while a graph
+of that torch.compile misses (captures, compiles, or runs eagerly): knobs are read on the miss path only, never
+on a hit. The knobs are process-wide, so a jitted function of another thread compiling at that moment sees them
+too; misses of graphs are serialized with one lock for that reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import exc
+from .knobs import knobs, override
+
+if TYPE_CHECKING:
+    from .driver import JitFunction
+
+__all__ = ["NOT_OPTIONS", "OPTIONS", "backend", "compiled_graphs", "dynamic_from_graph", "knob_overrides"]
+
+
+# -- options ---------------------------------------------------------------------------------------------------
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("a bool")
+    return value
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("an int")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("a number")
+    return float(value)
+
+
+def _path(value: object) -> Path | None:
+    if value is None or isinstance(value, (str, Path)):
+        return Path(value) if value else None
+    raise TypeError("a path (str or pathlib.Path) or None")
+
+
+def _names(value: object) -> frozenset[str]:
+    """A comma list as the environment variable spells it, or an iterable of names."""
+    if isinstance(value, str):
+        return frozenset(n.strip() for n in value.split(",") if n.strip())
+    if isinstance(value, Iterable) and all(isinstance(n, str) for n in value):
+        return frozenset(value)
+    raise TypeError("a comma-separated str or an iterable of str")
+
+
+# Knob field -> what checks and converts an option's value. `disable` returns the GraphModule itself (eager), as
+# TRIDENT_DISABLE does for trident.jit. The knobs that are not options say why in NOT_OPTIONS.
+OPTIONS: dict[str, Callable[[object], object]] = {
+    "disable": _bool, "dump_ir": _path, "log": _names, "max_specializations": _int, "buffer_pool_mb": _number,
+    "matmul_plans": _bool, "private_views": _bool, "strict": _bool, "see_through": _bool, "opaque_ops": _names,
+}  # fmt: skip
+NOT_OPTIONS = {
+    "cache_dir": "the native runtime is built and loaded once per process, under TRIDENT_CACHE_DIR",
+    # Measured: a record stored for a graph never fits in another process (the state a GraphModule holds differs
+    # per process), so storing them would only fill the disk. Graphs are compiled in each process.
+    "disk_cache": "warm start does not cover torch.compile graphs: they compile in each process",
+    "disk_cache_dir": "warm start does not cover torch.compile graphs",
+    "disk_cache_max_mb": "warm start does not cover torch.compile graphs",
+}
+# What every graph's misses run under, whatever the options.
+_GRAPH_KNOBS: dict[str, object] = {"disk_cache": False}
+
+
+def knob_overrides(options: Mapping[str, object] | None) -> dict[str, object]:
+    """The knob values `options` set, checked; raises InvalidOption naming an unknown option or a wrong value."""
+    changes: dict[str, object] = {}
+    for name, value in (options or {}).items():
+        convert = OPTIONS.get(name)
+        if name in NOT_OPTIONS:
+            raise exc.InvalidOption(f"trident: {name!r} is not an option of backend='trident': {NOT_OPTIONS[name]}")
+        if convert is None:
+            raise exc.InvalidOption(
+                f"trident: unknown option {name!r} in torch.compile(..., backend='trident', options=...); valid "
+                f"options (Trident's knobs, README 'Knobs'): {', '.join(sorted(OPTIONS))}"
+            )
+        try:
+            changes[name] = convert(value)
+        except TypeError as e:
+            raise exc.InvalidOption(
+                f"trident: option {name!r} must be {e}, got {type(value).__name__} {value!r}"
+            ) from None
+    return changes
+
+
+# -- the graphs ------------------------------------------------------------------------------------------------
+_graphs: list[weakref.ref[JitFunction]] = []
+_graphs_lock = threading.Lock()
+_options_lock = threading.RLock()  # misses of graphs with options: knobs are process-wide
+
+
+def compiled_graphs() -> list[JitFunction]:
+    """The JitFunctions this backend made for Dynamo's graphs that are still alive, oldest first. Each one's
+    `entry` is what Dynamo calls; `trident.explain(graph.entry)` explains it, as for a jitted function."""
+    with _graphs_lock:
+        alive = [g for g in (ref() for ref in _graphs) if g is not None]
+        _graphs[:] = [weakref.ref(g) for g in alive]
+    return alive
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object], *, mode: str | None = None,
+            options: Mapping[str, object] | None = None) -> Callable[..., Any]:  # fmt: skip
+    """Dynamo's backend: the native entry of a JitFunction over `gm.forward` (module docstring). `mode` is
+    torch.compile's `mode`, which Trident has none of; `options` are Trident's knobs by name (OPTIONS)."""
+    if mode is not None and mode != "default":
+        raise exc.InvalidOption(
+            f"trident: torch.compile(..., backend='trident') takes no mode (got mode={mode!r}): Trident has one way "
+            "to compile; its knobs go in options={...}"
+        )
+    changes = knob_overrides(options)
+    if changes.pop("disable", knobs.disable):
+        return gm.forward  # eager: the graph as Dynamo made it
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    # A lazy GraphModule's forward is a (*args, **kwargs) stub until its code is generated; Trident binds calls
+    # by forward's real parameters (the graph's placeholders).
+    _LazyGraphModule.force_recompile(gm)
+    graph = _make_graph_function(gm, changes)
+    with _graphs_lock:
+        _graphs.append(weakref.ref(graph))
+    return graph.entry  # type: ignore[no-any-return]
+
+
+def _make_graph_function(gm: torch.fx.GraphModule, changes: dict[str, object]) -> JitFunction:
+    graph = _graph_function_class()(gm.forward, name=_graph_name(gm))
+    graph.knob_changes = {**_GRAPH_KNOBS, **changes}
+    graph.dynamism = dynamic_from_graph(gm)
+    return graph
+
+
+@functools.cache
+def _graph_function_class() -> type[JitFunction]:
+    """GraphFunction, made at the first graph: the driver imports the compiler, which `import trident.dynamo`
+    (torch's entry point, trident.dynamo.backend) must not pay for."""
+    from .driver import JitFunction
+
+    class GraphFunction(JitFunction):
+        """A Dynamo graph's JitFunction: its misses run under its torch.compile options."""
+
+        knob_changes: dict[str, object] = {}
+
+        @property
+        def warning_stacklevel(self) -> int:  # type: ignore[override]
+            """The eager-fallback warning names the user's line: the first frame above _run_eagerly (which reads
+            this) outside Trident and torch (Dynamo's wrappers around a backend's callable vary by call path)."""
+            frame, level = sys._getframe(1), 1
+            while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+                frame, level = frame.f_back, level + 1
+            return level
+
+        def on_miss(self, *args: object, **kwargs: object) -> object:
+            with _knobs_set(self.knob_changes):
+                return super().on_miss(*args, **kwargs)
+
+    return GraphFunction
+
+
+@contextlib.contextmanager
+def _knobs_set(changes: dict[str, object]) -> Iterator[None]:
+    with _options_lock, override(**changes):
+        yield
+
+
+def dynamic_from_graph(gm: torch.fx.GraphModule):  # noqa: ANN201 -- capture.trace.Dynamism
+    """What Dynamo made symbolic, as Trident's Dynamism of forward's parameters (the placeholders, in order): read
+    from each placeholder's fake example value (the example inputs Dynamo passes are the call's real tensors):
+    SymInt and SymFloat inputs, tensor sizes and storage offsets that are not constants. A size Dynamo wrote as an
+    expression of another (`s0 + 1`) gets its own symbol here: Trident derives relations from its own trace.
+    Strides are left to Trident: a contiguous tensor's strides follow its sizes, and independent stride symbols
+    would only cost guards."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    from .capture.trace import Dynamism
+
+    sizes, ints, floats, offsets = set(), set(), set(), set()
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.SymInt) and not is_concrete_int(value):
+            ints.add((i, ()))
+        elif isinstance(value, torch.SymFloat) and not value.node.is_constant():
+            floats.add((i, ()))
+        elif isinstance(value, torch.Tensor):
+            sizes.update((i, (), d) for d, s in enumerate(value.shape) if not is_concrete_int(s))
+            if not is_concrete_int(value.storage_offset()):
+                offsets.add((i, ()))
+    return Dynamism(sizes=frozenset(sizes), ints=frozenset(ints), floats=frozenset(floats), offsets=frozenset(offsets))
+
+
+_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, exc))  # torch/, trident/
+_FRAME = re.compile(r'File "[^"]*", line \d+, in (\S+)')
+
+
+def _graph_name(gm: torch.fx.GraphModule) -> str:
+    """`fn (torch.compile graph 0/1)`: the frame Dynamo compiled and its compile id. The frame is the outermost
+    one of the nodes' stack traces (after a break, Dynamo's `torch_dynamo_resume_in_fn_at_<line>`), or for a
+    module whose nodes carry none, `Class.forward` of the outermost module they were called in."""
+    compile_id = gm.meta.get("dynamo_compile_id")
+    what = f"torch.compile graph {compile_id}" if compile_id is not None else "torch.compile graph"
+    for node in gm.graph.nodes:
+        match = _FRAME.search(node.meta.get("stack_trace") or "")
+        if match:
+            return f"{match.group(1)} ({what})"
+    for node in gm.graph.nodes:
+        modules = node.meta.get("nn_module_stack")
+        if modules:
+            _, cls = next(iter(modules.values()))
+            return f"{getattr(cls, '__qualname__', cls)}.forward ({what})"
+    return what
