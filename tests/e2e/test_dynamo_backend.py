@@ -309,9 +309,9 @@ def add_then_relu(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_user_triton_kernel_launches_from_the_compiled_graph(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if device == "cpu":
-        import torch.utils._triton
+        import torch.utils._triton as torch_triton  # (a plain `import torch.utils...` would make torch a local)
 
-        monkeypatch.setattr(torch.utils._triton, "has_triton", lambda: True)  # module docstring says why
+        monkeypatch.setattr(torch_triton, "has_triton", lambda: True)  # module docstring says why
     compiled = torch.compile(add_then_relu, backend="trident")
     with new_graphs() as graphs, torch.no_grad():
         for n in (100, 100, 300, 500):
