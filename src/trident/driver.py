@@ -34,6 +34,7 @@ from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
+from .frames import user_stacklevel
 from .knobs import knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import compile_specialization
@@ -125,10 +126,6 @@ class JitFunction:
         self._lock = threading.RLock()  # one compile at a time per function; hits never take it
         self._warned: set[str] = set()
         self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
-
-    # The eager-fallback warning points at the line that called the entry: warn <- _run_eagerly <- on_miss <- there.
-    # A subclass whose entry is called through other frames says how far (dynamo.py).
-    warning_stacklevel = 3
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -270,7 +267,7 @@ class JitFunction:
         report_fallback(self.name, reason)  # strict mode (tests) raises here
         if reason not in self._warned:
             self._warned.add(reason)
-            warnings.warn(f"trident: {reason}", stacklevel=self.warning_stacklevel)
+            warnings.warn(f"trident: {reason}", stacklevel=user_stacklevel())  # the user's line that called
         return call_eagerly(self.fn, args, kwargs)
 
     def _miss_reason(self, values: Sequence[object], facts: CallFacts) -> str:

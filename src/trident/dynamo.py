@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -40,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import exc
-from .knobs import knobs, override
+from .knobs import comma_names, knobs, override
 
 if TYPE_CHECKING:
     from .driver import JitFunction
@@ -76,7 +74,7 @@ def _path(value: object) -> Path | None:
 def _names(value: object) -> frozenset[str]:
     """A comma list as the environment variable spells it, or an iterable of names."""
     if isinstance(value, str):
-        return frozenset(n.strip() for n in value.split(",") if n.strip())
+        return comma_names(value)
     if isinstance(value, Iterable) and all(isinstance(n, str) for n in value):
         return frozenset(value)
     raise TypeError("a comma-separated str or an iterable of str")
@@ -177,15 +175,6 @@ def _graph_function_class() -> type[JitFunction]:
 
         knob_changes: dict[str, object] = {}
 
-        @property
-        def warning_stacklevel(self) -> int:  # type: ignore[override]
-            """The eager-fallback warning names the user's line: the first frame above _run_eagerly (which reads
-            this) outside Trident and torch (Dynamo's wrappers around a backend's callable vary by call path)."""
-            frame, level = sys._getframe(1), 1
-            while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-                frame, level = frame.f_back, level + 1
-            return level
-
         def on_miss(self, *args: object, **kwargs: object) -> object:
             with _knobs_set(self.knob_changes):
                 return super().on_miss(*args, **kwargs)
@@ -224,7 +213,6 @@ def dynamic_from_graph(gm: torch.fx.GraphModule):  # noqa: ANN201 -- capture.tra
     return Dynamism(sizes=frozenset(sizes), ints=frozenset(ints), floats=frozenset(floats), offsets=frozenset(offsets))
 
 
-_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, exc))  # torch/, trident/
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\S+)')
 
 

@@ -70,14 +70,18 @@ class Knobs:
     opaque_ops: frozenset[str] = frozenset()
 
 
+def comma_names(text: str) -> frozenset[str]:
+    """The names of a comma-separated list, as TRIDENT_LOG and TRIDENT_OPAQUE_OPS spell them."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
 def _read() -> Knobs:
     dump = os.environ.get("TRIDENT_DUMP_IR", "").strip()
-    topics = os.environ.get("TRIDENT_LOG", "")
     disk_dir = os.environ.get("TRIDENT_DISK_CACHE_DIR", "").strip()
     return Knobs(
         disable=_flag("TRIDENT_DISABLE"),
         dump_ir=Path(dump) if dump else None,
-        log=frozenset(t.strip() for t in topics.split(",") if t.strip()),
+        log=comma_names(os.environ.get("TRIDENT_LOG", "")),
         cache_dir=_cache_dir(),
         max_specializations=int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64")),
         disk_cache=_flag_on_unless_off("TRIDENT_DISK_CACHE"),
@@ -88,7 +92,7 @@ def _read() -> Knobs:
         private_views=_flag_on_unless_off("TRIDENT_PRIVATE_VIEWS"),
         strict=_flag("TRIDENT_STRICT"),
         see_through=_flag_on_unless_off("TRIDENT_SEE_THROUGH"),
-        opaque_ops=frozenset(n.strip() for n in os.environ.get("TRIDENT_OPAQUE_OPS", "").split(",") if n.strip()),
+        opaque_ops=comma_names(os.environ.get("TRIDENT_OPAQUE_OPS", "")),
     )
 
 

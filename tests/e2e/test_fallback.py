@@ -407,6 +407,22 @@ def triton_add_array(x, a):  # type: ignore[no-untyped-def]
     return triton_add(x + a, x)  # the numpy array fails the capture; eager runs
 
 
+class AddsAnArray(torch.nn.Module):
+    def forward(self, x: torch.Tensor, a: object) -> torch.Tensor:
+        return x + a  # a numpy array: capture refuses it, eager computes it
+
+
+def test_the_fallback_warning_of_a_module_names_the_line_that_called_it() -> None:
+    """Between the user's call and the entry lie nn.Module.__call__ and the wrapper's frames: the warning skips
+    them all (frames.user_stacklevel) and names this file."""
+    wrapped = trident.jit(AddsAnArray())
+    with warnings.catch_warnings(record=True) as caught, expect_fallback("capturing", function="AddsAnArray.forward"):
+        warnings.simplefilter("always")
+        torch.testing.assert_close(wrapped(torch.ones(2), np.ones(2)), torch.full((2,), 2.0, dtype=torch.float64))
+    (warned,) = [w for w in caught if str(w.message).startswith("trident:")]
+    assert warned.filename == __file__, warned.filename
+
+
 def test_triton_program_past_the_cap_runs_its_kernels_eagerly_on_cpu() -> None:
     f = trident.jit(triton_add)
     with torch.no_grad(), override(max_specializations=1), warnings.catch_warnings(record=True) as records:

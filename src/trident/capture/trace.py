@@ -17,7 +17,6 @@ import linecache
 import logging
 import math
 import operator
-import os
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +43,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.overrides import TorchFunctionMode
 
 from .. import exc
+from ..frames import in_library
 from .constant_views import fold_constant_views
 from .inputs import CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
 from .kept_fakes import recipe_of, remember_constant_computations, replay
@@ -149,15 +149,10 @@ def is_tracing() -> bool:
 # Errors that point at the user's line
 
 
-_TRIDENT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-
-
 def user_location(tb: traceback.StackSummary | list[traceback.FrameSummary]) -> str:
     """'file:line: code' of the innermost frame that belongs to neither torch nor trident."""
     for frame in reversed(tb):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(_TRIDENT_DIR) or path.startswith(_TORCH_DIR) or frame.filename.startswith("<"):
+        if in_library(frame.filename) or frame.filename.startswith("<"):
             continue
         code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
         return f"{frame.filename}:{frame.lineno}: {code}"

@@ -20,10 +20,11 @@ import contextlib
 import os
 import pwd
 import stat
-import sys
 import threading
 import warnings
 from pathlib import Path
+
+from ..frames import user_stacklevel
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
@@ -57,16 +58,7 @@ def _warn(refusal: Untrusted, consequence: str) -> None:
         if (str(refusal.path), consequence) in _warned:
             return
         _warned.add((str(refusal.path), consequence))
-    warnings.warn(text, UntrustedCacheWarning, stacklevel=_first_frame_outside_trident())
-
-
-def _first_frame_outside_trident() -> int:
-    """The stacklevel, for _warn's caller, of the user's line that led here (their call of a jitted function)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
+    warnings.warn(text, UntrustedCacheWarning, stacklevel=user_stacklevel())
 
 
 def _owner(uid: int) -> str:
