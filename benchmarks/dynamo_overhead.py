@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import triton.language as tl
 import trident
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_overhead_cpu import machine  # noqa: E402 -- a sibling script
+from host_overhead_cpu import machine, time_per_call  # noqa: E402 -- a sibling script
 
 
 @triton.jit
@@ -48,23 +46,6 @@ def program(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         scale_kernel[(triton.cdiv(h.numel(), 256),)](h, out, h.numel(), BLOCK=256)
         h = out
     return h
-
-
-def us_per_call(fn: Callable[[], object], calls: int, rounds: int, sync: Callable[[], None]) -> tuple[float, float]:
-    """(median, spread) of µs per call over `rounds` rounds of `calls` calls after warm-up; the device is
-    synchronized only between rounds, so a call's time is the host's while the device keeps up."""
-    for _ in range(max(calls // 10, 20)):
-        fn()
-    sync()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    samples.sort()
-    return statistics.median(samples), samples[-1] - samples[0]
 
 
 def main() -> None:
@@ -96,7 +77,7 @@ def main() -> None:
         expected = program(x, y)
         for name, fn in systems.items():
             torch.testing.assert_close(fn(), expected)
-            median, spread = us_per_call(fn, args.calls, args.rounds, sync)
+            median, spread = time_per_call(fn, args.calls, args.rounds, sync)
             results[name] = {"us": median, "spread": spread}
     graphs = trident.dynamo.compiled_graphs()
     native = all(g.eager_calls == 0 and g.specializations for g in graphs) and jitted._trident.eager_calls == 0

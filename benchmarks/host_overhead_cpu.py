@@ -64,15 +64,20 @@ def cpp_floor() -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
     return load_inline("trident_bench_floor", cpp_sources=CPP_FLOOR, functions=["chain"]).chain  # type: ignore[no-any-return]
 
 
-def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7) -> tuple[float, float]:
-    """(median, spread) of µs per call over `rounds` rounds of `repeat` calls, after warm-up."""
+def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7,
+                  sync: Callable[[], None] = lambda: None) -> tuple[float, float]:  # fmt: skip
+    """(median, spread) of µs per call over `rounds` rounds of `repeat` calls, after warm-up. `sync` waits for a
+    device (torch.cuda.synchronize) after the warm-up and at the end of each round, not between calls: a call's
+    time is the host's while the device keeps up."""
     for _ in range(max(repeat // 10, 20)):
         fn()
+    sync()
     samples = []
     for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(repeat):
             fn()
+        sync()
         samples.append((time.perf_counter() - start) / repeat * 1e6)
     samples.sort()
     return statistics.median(samples), samples[-1] - samples[0]
