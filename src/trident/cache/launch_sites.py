@@ -2,8 +2,9 @@
 
 Compiled code reaches each launch through a context constant: the RecordedLaunch itself on CPU tensors (run by
 Triton's interpreter), its TritonLaunch on CUDA tensors (runtime/triton_native.py; the site's LaunchSite, which
-holds the RecordedLaunch, is its fallback). Neither object can be stored as it is: the RecordedLaunch names its kernel and constexprs by their
-indices in torch's kernel_side_table, a table of this process; the TritonLaunch holds CUfunction handles.
+holds the RecordedLaunch, is its fallback). Neither object can be stored as it is: the RecordedLaunch names its
+kernel and constexprs by their indices in torch's kernel_side_table, a table of this process; the TritonLaunch
+holds CUfunction handles.
 A LaunchRecipe holds instead:
   - the RecordedLaunch's own fields (grid, kwargs with Operand placeholders, operand kinds, device type);
   - the side table's constant arguments, pickled;
