@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("eager", "compile", "compile_ro", "cuda_graph", "trident")  # table order
+SYSTEMS = ("eager", "compile", "compile_ro", "cuda_graph", "trident", "trident_graphs")  # table order
 SCHEMA = "trident-llm-decode/3"  # 3: cells carry `ops`
 
 

@@ -18,6 +18,7 @@ Systems, on the same weights, KV caches, tokens and positions:
     cuda_graph  one tensor-position step plus the position increment, captured by hand and replayed: the
                 device-time floor (CUDA events). Run once per (model, batch) and filed under position 'tensor'
     trident     trident.jit(step)
+    trident_graphs  trident.jit(step) with CUDA graph replay on (TRIDENT_CUDA_GRAPHS=1 for that function)
 `--pos-kind int` passes the position as a Python int (CUDA graphs cannot follow it without re-capture);
 `tensor` as a 1-element int32 device tensor (fair to CUDA graphs).
 `--ops` picks the operation sets the model runs with (models.py), each a row of its own in the tables:
@@ -80,7 +81,7 @@ from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ORDER = ("eager", "cuda_graph", "trident", "compile", "compile_ro")  # cheapest compile first
+RUN_ORDER = ("eager", "cuda_graph", "trident", "trident_graphs", "compile", "compile_ro")  # cheapest compile first
 CUDA_ONLY = {"compile", "compile_ro", "cuda_graph"}
 Checks = dict[int, torch.Tensor]  # logits at the check positions
 
@@ -363,10 +364,12 @@ def _pool_stats(pool: object) -> dict[str, int]:
             "matmul_plan_refusals": sorted({why for why in pool.matmul_plans.values() if why})}  # type: ignore[attr-defined]
 
 
-def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
+def run_trident(work: Workload, graphs: bool = False) -> tuple[dict[str, Any], Checks]:
+    """trident.jit on the step; with `graphs`, CUDA graph replay on (TRIDENT_CUDA_GRAPHS=1 for this function)."""
     from trident.testing import count_compiles
 
     step = trident.jit(work.step())
+    step._trident.use_cuda_graphs(graphs)  # type: ignore[attr-defined]
     with count_compiles() as compiles:
         result, checks = drive(step, work)
     state = step._trident  # type: ignore[attr-defined]
@@ -384,6 +387,11 @@ def run_trident(work: Workload) -> tuple[dict[str, Any], Checks]:
         result["notes"] += f", {len(traced)} op(s) traced into"
     if opaque:
         result["notes"] += f", OPAQUE: {', '.join(opaque)}"
+    if graphs:
+        recordings = [step._trident.entry.graph(s.index) for s in state.specializations]  # type: ignore[attr-defined]
+        result["graphs"] = [r.counts if r is not None else None for r in recordings]
+        replays = sum(r.counts["replays"] for r in recordings if r is not None)
+        result["notes"] += f", {replays} graph replay(s)"
     return result, checks
 
 
@@ -393,6 +401,7 @@ RUNNERS: dict[str, Callable[[Workload], tuple[dict[str, Any], Checks]]] = {
     "compile_ro": lambda work: run_compile(work, "reduce-overhead"),
     "cuda_graph": run_cuda_graph,
     "trident": run_trident,
+    "trident_graphs": lambda work: run_trident(work, graphs=True),
 }
 
 

@@ -41,6 +41,7 @@ from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
 from .capture.int64_ranges import int64_overflow, int64_range_guards
+from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
 
@@ -144,10 +145,18 @@ class JitFunction:
                 functools.update_wrapper(entry, self.fn)  # type: ignore[arg-type]
                 entry._trident = self
                 self._entry = entry
+                if knobs.cuda_graphs:
+                    self.use_cuda_graphs(True)
                 for tell in self._on_entry:
                     tell(entry)
         return self._entry
 
+
+    def use_cuda_graphs(self, on: bool) -> None:
+        """Record and replay CUDA graphs for this function's specializations (TRIDENT_CUDA_GRAPHS=1 turns it on
+        for every function; runtime/cuda_graphs.py). Off drops no graph already recorded."""
+        recorder = functools.partial(cuda_graphs.record, self) if on else None
+        self.entry.set_graph_recorder(recorder, cuda_graphs.RECORD_AT_HIT)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     @functools.cached_property
@@ -427,6 +436,9 @@ class JitFunction:
                 lines += [f"    {line}" for line in describe_pool(pool)]
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")
+            graph = cuda_graphs.describe(self, spec.index)
+            if graph is not None:
+                lines.append(f"    {graph}")
         if self.last_miss_reason is not None:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:

@@ -20,6 +20,7 @@
  */
 #include "matmul_plan.h"
 #include "runtime_internal.h"
+#include "graph_replay.h"
 #include "typed_ops_support.h"
 
 #include <vector>
@@ -294,7 +295,7 @@ bool trident::ready_buffer_pool_type() {
 
 extern "C" {
 
-TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
+static int32_t pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
                                        int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out) {
   if (!valid_site(pool, site)) return TRIDENT_ERROR;
   try {
@@ -309,7 +310,7 @@ TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64
   }
 }
 
-TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
+static int32_t pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
                                             int64_t device, AtenTensorHandle* out) {
   if (!valid_site(pool, site)) return TRIDENT_ERROR;
   try {
@@ -332,7 +333,7 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
 // contiguous [a.size(0), b.size(1)] tensor of a's dtype, and their out= variants run the same kernels on an
 // out tensor of exactly that layout, so the result is the same bits without the allocation. Operands ATen
 // would reject (other ranks, dtypes, devices) take the functional op, for eager's error.
-TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
+static int32_t pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
                                         AtenTensorHandle b, AtenTensorHandle* out) {
   if (!valid_site(pool, site)) return TRIDENT_ERROR;
   try {
@@ -373,6 +374,54 @@ TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensor
   } catch (...) {
     return trident::fail_with_current_exception();
   }
+}
+
+// While a CUDA graph records or replays (graph_replay.h), each pooled allocation or matmul is one opaque step:
+// its arguments as (tag, value) pairs, and a runner that decodes them back.
+
+int32_t run_pool_empty(const void* pool, const int64_t* a, int64_t, AtenTensorHandle* rets, int64_t) {
+  const bool strided = (a[4] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_INT_LIST;
+  return pool_empty(const_cast<PyObject*>(static_cast<const PyObject*>(pool)), a[1],
+                    reinterpret_cast<const int64_t*>(a[3]), strided ? reinterpret_cast<const int64_t*>(a[5]) : nullptr,
+                    a[2] >> TRIDENT_ARG_LENGTH_SHIFT, a[7], a[9], rets);
+}
+
+int32_t run_pool_empty_like(const void* pool, const int64_t* a, int64_t, AtenTensorHandle* rets, int64_t) {
+  return pool_empty_like(const_cast<PyObject*>(static_cast<const PyObject*>(pool)), a[1],
+                         reinterpret_cast<AtenTensorHandle>(a[3]), a[5], a[7], rets);
+}
+
+int32_t run_pool_matmul(const void* pool, const int64_t* a, int64_t, AtenTensorHandle* rets, int64_t) {
+  return pool_matmul(const_cast<PyObject*>(static_cast<const PyObject*>(pool)), a[1],
+                     reinterpret_cast<AtenTensorHandle>(a[3]), reinterpret_cast<AtenTensorHandle>(a[5]),
+                     reinterpret_cast<AtenTensorHandle>(a[7]), rets);
+}
+
+TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
+                                       int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out) {
+  if (trident::graphs::active == nullptr) return pool_empty(pool, site, sizes, strides, ndim, dtype, device, out);
+  const int64_t list = TRIDENT_TAG_INT_LIST | ndim << TRIDENT_ARG_LENGTH_SHIFT;
+  const int64_t args[10] = {TRIDENT_TAG_INT, site, list, reinterpret_cast<int64_t>(sizes),
+                            strides == nullptr ? TRIDENT_TAG_NONE : list, reinterpret_cast<int64_t>(strides),
+                            TRIDENT_TAG_INT, dtype, TRIDENT_TAG_INT, device};
+  return trident::graphs::opaque_step(pool, "trident pool: empty", args, 5, 0, run_pool_empty, pool, out, 1);
+}
+
+TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
+                                            int64_t device, AtenTensorHandle* out) {
+  if (trident::graphs::active == nullptr) return pool_empty_like(pool, site, like, dtype, device, out);
+  const int64_t args[8] = {TRIDENT_TAG_INT, site, TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(like),
+                           TRIDENT_TAG_INT, dtype, TRIDENT_TAG_INT, device};
+  return trident::graphs::opaque_step(pool, "trident pool: empty_like", args, 4, 0, run_pool_empty_like, pool, out, 1);
+}
+
+TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
+                                        AtenTensorHandle b, AtenTensorHandle* out) {
+  if (trident::graphs::active == nullptr) return pool_matmul(pool, site, bias, a, b, out);
+  const int64_t args[8] = {TRIDENT_TAG_INT, site, TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(bias),
+                           TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(a), TRIDENT_TAG_TENSOR,
+                           reinterpret_cast<int64_t>(b)};
+  return trident::graphs::opaque_step(pool, "trident pool: matmul", args, 4, 0, run_pool_matmul, pool, out, 1);
 }
 
 }  // extern "C"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
+#include "graph_replay.h"
 
 #include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
 
@@ -24,6 +25,8 @@ struct Spec {
   PyObject* context;    // strong: owns *ctx
   PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
   uint64_t hits;
+  PyObject* graph;      // strong or NULL: the GraphRecording replayed instead of running directly
+  bool graph_tried;     // the graph recorder has been called for this specialization
 };
 
 struct EntryState {
@@ -49,6 +52,8 @@ struct EntryObject {
   Py_ssize_t n_positional;  // parameters [0, n_positional) are positional-or-keyword, the rest keyword-only
   unsigned long long misses;
   EntryState* state;
+  PyObject* graph_recorder;  // strong or NULL: called (entry, spec index, slots) to record a CUDA graph
+  unsigned long long graph_after_hits;  // ... at this hit of a specialization
 };
 
 EntryObject* as_entry(PyObject* obj) { return reinterpret_cast<EntryObject*>(obj); }
@@ -131,6 +136,24 @@ uint64_t structural_key(PyObject* const* slots, Py_ssize_t n) {
 
 enum class Outcome { kHit, kMiss, kError };
 
+PyObject* slots_tuple(const EntryObject* self, PyObject* const* slots) {
+  PyObject* tuple = PyTuple_New(self->n_params);
+  if (tuple == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < self->n_params; ++i) PyTuple_SET_ITEM(tuple, i, Py_NewRef(slots[i]));
+  return tuple;
+}
+
+// The call's result, from the graph recorder (which runs the call), or NULL with a Python error set.
+PyObject* record_graph(EntryObject* self, uint32_t index, PyObject* const* slots) {
+  PyObject* tuple = slots_tuple(self, slots);
+  if (tuple == nullptr) return nullptr;
+  PyObject* recorder = Py_NewRef(self->graph_recorder);
+  PyObject* result = PyObject_CallFunction(recorder, "OIO", reinterpret_cast<PyObject*>(self), index, tuple);
+  Py_DECREF(recorder);
+  Py_DECREF(tuple);
+  return result;
+}
+
 // Bind, key, select, run — without the miss handler. On kHit *result holds the run's new reference; on
 // kError a Python exception is set.
 Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames,
@@ -162,7 +185,26 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
       continue;
     }
     PyObject* out = nullptr;
-    const int32_t status = spec.run(spec.ctx, slots.data, &out);
+    int32_t status = TRIDENT_OK;
+    bool ran = false;
+    if (spec.graph != nullptr) {
+      Py_INCREF(spec.graph);
+      const trident::graphs::ReplayOutcome outcome = trident::graphs::replay(spec.graph, spec.run, spec.ctx, slots.data, &out);
+      Py_DECREF(spec.graph);
+      ran = outcome != trident::graphs::ReplayOutcome::kDirect;
+      if (outcome == trident::graphs::ReplayOutcome::kError) {
+        Py_DECREF(spec.context);
+        Py_DECREF(spec.keepalive);
+        return Outcome::kError;
+      }
+    } else if (self->graph_recorder != nullptr && !spec.graph_tried && spec.hits + 1 >= self->graph_after_hits) {
+      // Python records (and verifies) the graph, running this call; rare, like a miss.
+      state->specs[index].graph_tried = true;
+      out = record_graph(self, index, slots.data);
+      if (out == nullptr) status = TRIDENT_ERROR;
+      ran = true;
+    }
+    if (!ran) status = spec.run(spec.ctx, slots.data, &out);
     Py_DECREF(spec.context);
     Py_DECREF(spec.keepalive);
     if (status != TRIDENT_OK) {
@@ -242,7 +284,7 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   const auto index = static_cast<uint32_t>(state->specs.size());
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, false});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -258,6 +300,7 @@ void release_specs(EntryState* state) {
   for (const Spec& spec : specs) {
     Py_DECREF(spec.context);
     Py_DECREF(spec.keepalive);
+    Py_XDECREF(spec.graph);
   }
 }
 
@@ -276,6 +319,100 @@ PyObject* entry_hits(PyObject* self_obj, PyObject*) {
     PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), count);
   }
   return list;
+}
+
+// set_graph_recorder(recorder, after_hits): recorder(entry, index, slots) -> result is called instead of the run
+// at that hit of each specialization (None: never).
+PyObject* entry_set_graph_recorder(PyObject* self_obj, PyObject* args) {
+  EntryObject* self = as_entry(self_obj);
+  PyObject* recorder = nullptr;
+  unsigned long long after_hits = 0;
+  if (!PyArg_ParseTuple(args, "OK:set_graph_recorder", &recorder, &after_hits)) return nullptr;
+  if (recorder != Py_None && !PyCallable_Check(recorder)) {
+    PyErr_SetString(PyExc_TypeError, "set_graph_recorder: recorder must be callable or None");
+    return nullptr;
+  }
+  Py_XSETREF(self->graph_recorder, recorder == Py_None ? nullptr : Py_NewRef(recorder));
+  self->graph_after_hits = after_hits;
+  Py_RETURN_NONE;
+}
+
+bool spec_index(EntryObject* self, unsigned index) {
+  if (index < self->state->specs.size()) return true;
+  PyErr_Format(PyExc_IndexError, "no specialization %u", index);
+  return false;
+}
+
+// set_graph(index, recording or None): replay that recording for the specialization's hits from now on.
+PyObject* entry_set_graph(PyObject* self_obj, PyObject* args) {
+  EntryObject* self = as_entry(self_obj);
+  unsigned index = 0;
+  PyObject* recording = nullptr;
+  if (!PyArg_ParseTuple(args, "IO:set_graph", &index, &recording) || !spec_index(self, index)) return nullptr;
+  if (recording != Py_None && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
+    PyErr_SetString(PyExc_TypeError, "set_graph: expected a GraphRecording or None");
+    return nullptr;
+  }
+  Py_XSETREF(self->state->specs[index].graph, recording == Py_None ? nullptr : Py_NewRef(recording));
+  Py_RETURN_NONE;
+}
+
+// graph(index) -> GraphRecording | None
+PyObject* entry_graph(PyObject* self_obj, PyObject* arg) {
+  EntryObject* self = as_entry(self_obj);
+  const unsigned long index = PyLong_AsUnsignedLong(arg);
+  if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
+  PyObject* graph = self->state->specs[index].graph;
+  return Py_NewRef(graph != nullptr ? graph : Py_None);
+}
+
+// run_spec(index, slots, mode, recording) -> result: the specialization's run function on these slots (what a
+// hit binds), directly (mode 0), recording into `recording` (1; the caller captures) or replaying it (2; raises
+// RuntimeError with the reason when the replay diverges). For the graph recorder.
+PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
+  EntryObject* self = as_entry(self_obj);
+  unsigned index = 0;
+  PyObject* slots = nullptr;
+  int mode = 0;
+  PyObject* recording = nullptr;
+  if (!PyArg_ParseTuple(args, "IO!iO:run_spec", &index, &PyTuple_Type, &slots, &mode, &recording) ||
+      !spec_index(self, index)) {
+    return nullptr;
+  }
+  if (PyTuple_GET_SIZE(slots) != self->n_params) {
+    PyErr_SetString(PyExc_ValueError, "run_spec: one slot per parameter");
+    return nullptr;
+  }
+  if (mode != 0 && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
+    PyErr_SetString(PyExc_TypeError, "run_spec: modes 1 and 2 need a GraphRecording");
+    return nullptr;
+  }
+  const Spec spec = self->state->specs[index];
+  Py_INCREF(spec.context);
+  Py_INCREF(spec.keepalive);
+  PyObject* const* items = &PyTuple_GET_ITEM(slots, 0);
+  PyObject* out = nullptr;
+  int32_t status = TRIDENT_OK;
+  if (mode == 2) {
+    switch (trident::graphs::replay(recording, spec.run, spec.ctx, items, &out)) {
+      case trident::graphs::ReplayOutcome::kReplayed: break;
+      case trident::graphs::ReplayOutcome::kError: status = TRIDENT_ERROR; break;
+      case trident::graphs::ReplayOutcome::kDirect:
+        status = TRIDENT_ERROR;
+        PyErr_SetString(PyExc_RuntimeError, "the replay ran nothing: it diverged from the recording");
+    }
+  } else {
+    status = mode == 1 ? trident::graphs::record(recording, spec.run, spec.ctx, items, &out)
+                       : spec.run(spec.ctx, items, &out);
+    if (status != TRIDENT_OK && !PyErr_Occurred()) trident::raise_last_error();
+  }
+  Py_DECREF(spec.context);
+  Py_DECREF(spec.keepalive);
+  if (status != TRIDENT_OK) {
+    Py_XDECREF(out);
+    return nullptr;
+  }
+  return out;
 }
 
 // --- Type plumbing ---------------------------------------------------------------------------------------
@@ -366,8 +503,10 @@ int entry_traverse(PyObject* self_obj, visitproc visit, void* arg) {
     for (const Spec& spec : self->state->specs) {
       Py_VISIT(spec.context);
       Py_VISIT(spec.keepalive);
+      Py_VISIT(spec.graph);
     }
   }
+  Py_VISIT(self->graph_recorder);
   return 0;
 }
 
@@ -376,6 +515,7 @@ int entry_clear(PyObject* self_obj) {
   Py_CLEAR(self->dict);
   Py_CLEAR(self->miss_handler);
   Py_CLEAR(self->defaults_dict);
+  Py_CLEAR(self->graph_recorder);
   if (self->defaults != nullptr) {
     for (Py_ssize_t i = 0; i < self->n_params; ++i) Py_CLEAR(self->defaults[i]);
   }
@@ -416,6 +556,12 @@ PyMethodDef entry_methods[] = {
      "add_spec(key, guard_address, run_address, context, keepalive) -> int: spec index; keeps context and "
      "keepalive alive until clear()"},
     {"clear", entry_clear_specs, METH_NOARGS, "drop every specialization (and the references they hold)"},
+    {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
+     "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
+    {"set_graph", entry_set_graph, METH_VARARGS, "set_graph(index, recording | None): replay it on hits"},
+    {"graph", entry_graph, METH_O, "graph(index) -> GraphRecording | None"},
+    {"run_spec", entry_run_spec, METH_VARARGS,
+     "run_spec(index, slots, mode, recording) -> result: 0 direct, 1 record, 2 replay (for the recorder)"},
     {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},
     {"structural_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(entry_structural_key)),
      METH_FASTCALL | METH_KEYWORDS, "structural_key(*args, **kwargs) -> int | None (None: binding fails)"},

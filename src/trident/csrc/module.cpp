@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
+#include "graph_replay.h"
 
 namespace {
 
@@ -188,6 +189,8 @@ PyObject* module_time_guard(PyObject*, PyObject* args) {
   return PyFloat_FromDouble(ns / static_cast<double>(iterations));
 }
 
+PyObject* module_cuda_graphs_available(PyObject*, PyObject*) { return PyBool_FromLong(trident::cuda_graphs_available()); }
+
 PyMethodDef module_methods[] = {
     {"init", module_init, METH_VARARGS, "init(tensor_type, parameter_type): the exact types read as tensors"},
     {"noop_run_address", module_noop_run_address, METH_NOARGS, "address of a run function returning None"},
@@ -196,6 +199,8 @@ PyMethodDef module_methods[] = {
      "time_guard(guard_address, context, args, iterations) -> float: ns per guard call"},
     {"init_cuda", trident::init_cuda, METH_VARARGS,
      "init_cuda(libtorch_cuda_path, launch_error_type): resolve the CUDA driver and torch's current stream"},
+    {"cuda_graphs_available", module_cuda_graphs_available, METH_NOARGS,
+     "whether init_cuda found every CUDA driver entry point graph replay uses"},
     {"watch_launch_hooks", trident::watch_launch_hooks, METH_VARARGS,
      "watch_launch_hooks(enter_calls, exit_calls): Triton's hook lists; native launches yield while one is set"},
     {nullptr, nullptr, 0, nullptr},
@@ -227,7 +232,7 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   ctx.tp_clear = context_clear;
   ctx.tp_getset = context_getset;
   if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type() || !trident::ready_triton_launch_type() ||
-      !trident::ready_buffer_pool_type()) {
+      !trident::ready_buffer_pool_type() || !trident::graphs::ready_recording_type()) {
     return nullptr;
   }
 
@@ -237,10 +242,12 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   Py_INCREF(&trident::EntryType);
   Py_INCREF(&trident::TritonLaunchType);
   Py_INCREF(&trident::BufferPoolType);
+  Py_INCREF(&trident::graphs::RecordingType);
   if (PyModule_AddObject(module, "Context", reinterpret_cast<PyObject*>(&trident::ContextType)) < 0 ||
       PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0 ||
       PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0 ||
       PyModule_AddObject(module, "BufferPool", reinterpret_cast<PyObject*>(&trident::BufferPoolType)) < 0 ||
+      PyModule_AddObject(module, "GraphRecording", reinterpret_cast<PyObject*>(&trident::graphs::RecordingType)) < 0 ||
       PyModule_AddObject(module, "cuda_matmul_kernels_linked",
                          PyBool_FromLong(trident::cuda_matmul_kernels_linked())) < 0) {
     Py_DECREF(module);

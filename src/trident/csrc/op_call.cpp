@@ -7,6 +7,7 @@
  * thread-local error slot with the Python exception kind eager PyTorch would have raised.
  */
 #include "runtime_internal.h"
+#include "graph_replay.h"
 
 #include <cstring>
 #include <string>
@@ -159,10 +160,49 @@ int32_t trident::fail_with_current_exception() {
   }
 }
 
-extern "C" {
+namespace {
 
-TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
-                                    int64_t nrets) {
+// Whether an operator makes no device work: every return is a view of an argument (alias, not written).
+bool returns_views_only(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() == nullptr || r.alias_info()->isWrite()) return false;
+  }
+  return !schema.returns().empty();
+}
+
+bool returns_tensors_only(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& r : schema.returns()) {
+    const c10::TypePtr& type = r.type();
+    if (!type->isSubtypeOf(*c10::TensorType::get()) && !type->isSubtypeOf(*c10::OptionalType::ofTensor()) &&
+        !type->isSubtypeOf(*c10::ListType::ofTensors())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
+
+// While a CUDA graph records or replays (graph_replay.h): one opaque step, unless the operator only makes views.
+int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
+  try {
+    const auto& handle = *static_cast<const c10::OperatorHandle*>(op);
+    const c10::FunctionSchema& schema = handle.schema();
+    if (returns_views_only(schema)) return call_boxed(op, args, nargs, rets, nrets);
+    const std::string name = c10::toString(handle.operator_name());
+    if (!returns_tensors_only(schema)) return trident::graphs::unsupported(name + " returns a Python scalar");
+    uint64_t written = 0;
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+      if (alias != nullptr && alias->isWrite()) written |= i < 64 ? uint64_t{1} << i : ~uint64_t{0};
+    }
+    return trident::graphs::opaque_step(op, name.c_str(), args, nargs, written, call_boxed, op, rets, nrets);
+  } catch (...) {
+    return trident::fail_with_current_exception();
+  }
+}
+
+int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
   try {
     const auto& handle = *static_cast<const c10::OperatorHandle*>(op);
     // A boxed kernel pops exactly its schema's argument count: a short stack would be read out of bounds.
@@ -195,6 +235,16 @@ TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs
   } catch (...) {
     return trident::fail_with_current_exception();
   }
+}
+
+}  // namespace
+
+extern "C" {
+
+TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                    int64_t nrets) {
+  if (trident::graphs::active != nullptr) return graph_step(op, args, nargs, rets, nrets);
+  return call_boxed(op, args, nargs, rets, nrets);
 }
 
 TRIDENT_API int32_t trident_scalar_tensor(int64_t tag, int64_t value, AtenTensorHandle* out) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
+#include "graph_replay.h"
 
 namespace {
 
@@ -56,6 +57,7 @@ struct CudaApi {
 
 CudaApi cuda;  // written once by init_cuda under the GIL; read by launches (GIL held)
 PyObject* launch_error_type = nullptr;  // strong reference, set by init_cuda
+bool graph_driver_ready = false;  // the driver has what CUDA graph replay needs (graph_replay.cpp)
 // The lists behind Triton's launch enter/exit HookChains (watch_launch_hooks; strong references, or null).
 // A profiler that adds a hook after a site went native must still see every launch, so each native launch
 // looks at them (two list sizes) and hands the launch to Triton's launcher, which calls the hooks, while one
@@ -72,7 +74,7 @@ bool launch_hooks_set() {
 // --- Keys and parameters (TRIDENT_KEY_* and TRIDENT_PARAM_* kinds: trident_runtime.h) ---------------------
 
 constexpr int64_t kMaxKey = 64;
-constexpr int64_t kMaxParams = 128;
+constexpr int64_t kMaxParams = trident::graphs::kMaxLaunchParams - 2;  // and the two scratch pointers
 
 struct KeyEntry {
   int64_t operand;
@@ -167,52 +169,57 @@ int32_t call_fallback(TritonLaunchObject* self, const int64_t* args, int64_t nar
   return TRIDENT_OK;
 }
 
-// 1: launched (or nothing to launch), 0: not launchable natively (use the fallback), -1: error set.
-int32_t launch_variant(TritonLaunchObject* self, const Variant& v, const int64_t* args) {
-  unsigned grid[3];
+// Everything cuLaunchKernel takes for variant `v` on these operands. 1: prepared (a zero grid launches
+// nothing, as in Triton), 0: not launchable natively (use the fallback), -1: error set.
+int32_t prepare_launch(TritonLaunchObject* self, const Variant& v, const int64_t* args,
+                       trident::graphs::PreparedLaunch* p) {
   for (int d = 0; d < 3; ++d) {
     const int64_t dim = v.grid[d].is_operand ? args[2 * v.grid[d].value + 1] : v.grid[d].value;
     if (dim < 0 || dim > INT32_MAX) return 0;  // Triton rejects it; let it say so
-    grid[d] = static_cast<unsigned>(dim);
+    p->grid[d] = static_cast<unsigned>(dim);
   }
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return 1;  // Triton launches nothing either
-  uint64_t slots[kMaxParams + 2];
-  void* params[kMaxParams + 2];
   const size_t n = v.params.size();
   for (size_t i = 0; i < n; ++i) {
-    const Param& p = v.params[i];
-    int64_t value = p.source;
-    if (p.kind != TRIDENT_PARAM_LITERAL && !operand_value(args, p.source, &value)) return 0;
+    const Param& param = v.params[i];
+    int64_t value = param.source;
+    if (param.kind != TRIDENT_PARAM_LITERAL && !operand_value(args, param.source, &value)) return 0;
     uint64_t bits = static_cast<uint64_t>(value);
-    if (p.kind == TRIDENT_PARAM_FP32) {
-      const float f = static_cast<float>(operand_as_double(args, p.source, value));
+    if (param.kind == TRIDENT_PARAM_FP32) {
+      const float f = static_cast<float>(operand_as_double(args, param.source, value));
       uint32_t b32;
       std::memcpy(&b32, &f, sizeof b32);
       bits = b32;
-    } else if (p.kind == TRIDENT_PARAM_FP64) {
-      const double d = operand_as_double(args, p.source, value);
+    } else if (param.kind == TRIDENT_PARAM_FP64) {
+      const double d = operand_as_double(args, param.source, value);
       std::memcpy(&bits, &d, sizeof bits);
     }
-    slots[i] = bits;  // little-endian: a narrower parameter reads the low bytes of its slot
-    params[i] = &slots[i];
+    p->slots[i] = bits;  // little-endian: a narrower parameter reads the low bytes of its slot
   }
-  slots[n] = slots[n + 1] = 0;  // global and profile scratch: none
-  params[n] = &slots[n];
-  params[n + 1] = &slots[n + 1];
-  void* stream = nullptr;
-  if (cuda.current_stream(v.device, &stream) != 0) {
+  p->slots[n] = p->slots[n + 1] = 0;  // global and profile scratch: none
+  p->n_params = n + 2;
+  for (size_t i = 0; i < n + 2; ++i) p->params[i] = &p->slots[i];
+  p->function = v.function;
+  p->block_threads = v.block_threads;
+  p->shared_bytes = v.shared_bytes;
+  p->device = v.device;
+  if (cuda.current_stream(v.device, &p->stream) != 0) {
     trident_set_error(TRIDENT_EXC_RUNTIME, ("Triton kernel '" + *self->name +
                                             "': torch could not give the current CUDA stream").c_str());
     return -1;
   }
-  const CUresult status = cuda.launch(v.function, grid[0], grid[1], grid[2], v.block_threads, 1, 1, v.shared_bytes,
-                                      stream, params, nullptr);
+  return 1;
+}
+
+int32_t launch_prepared(TritonLaunchObject* self, trident::graphs::PreparedLaunch* p) {
+  if (p->grid[0] == 0 || p->grid[1] == 0 || p->grid[2] == 0) return TRIDENT_OK;  // Triton launches nothing either
+  const CUresult status = cuda.launch(p->function, p->grid[0], p->grid[1], p->grid[2], p->block_threads, 1, 1,
+                                      p->shared_bytes, p->stream, p->params, nullptr);
   if (status != 0) {
     fail_launch(self, "cuLaunchKernel", status);
-    return -1;
+    return TRIDENT_ERROR;
   }
   ++self->native_launches;
-  return 1;
+  return TRIDENT_OK;
 }
 
 bool compute_key(const TritonLaunchObject* self, const int64_t* args, int64_t* key) {
@@ -478,6 +485,7 @@ PyObject* trident::init_cuda(PyObject*, PyObject* args) {
     return PyErr_Format(PyExc_RuntimeError, "%s does not export aoti_torch_get_current_cuda_stream", torch_cuda_path);
   }
   cuda = api;
+  graph_driver_ready = trident::graphs::resolve_driver(driver);
   Py_RETURN_NONE;
 }
 
@@ -491,6 +499,8 @@ bool trident::current_cuda_stream(int32_t device_index, void** stream, bool* cap
   return true;
 }
 
+bool trident::cuda_graphs_available() { return graph_driver_ready; }
+
 bool trident::current_cuda_context(void** context) {
   return cuda.current_context != nullptr && cuda.current_context(context) == 0;
 }
@@ -499,6 +509,8 @@ extern "C" {
 
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* args, int64_t nargs) {
   TritonLaunchObject* self = as_launch(launch_obj);
+  trident::graphs::PreparedLaunch prepared;
+  int32_t ready = 0;
   if (self->disabled_reason->empty() && !self->variants->empty() && !launch_hooks_set()) {
     int64_t key[kMaxKey];
     CUcontext context = nullptr;
@@ -506,12 +518,16 @@ TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* a
       const size_t n = self->key_spec->size();
       for (const Variant& v : *self->variants) {
         if (v.context != context || (n != 0 && std::memcmp(v.key.data(), key, n * sizeof(int64_t)) != 0)) continue;
-        const int32_t launched = launch_variant(self, v, args);
-        if (launched != 0) return launched > 0 ? TRIDENT_OK : TRIDENT_ERROR;
+        ready = prepare_launch(self, v, args, &prepared);
+        if (ready < 0) return TRIDENT_ERROR;
         break;
       }
     }
   }
+  if (trident::graphs::active != nullptr) {  // recorded into, or patched in, a CUDA graph
+    return trident::graphs::triton_step(self, self->name->c_str(), ready > 0 ? &prepared : nullptr, args, nargs);
+  }
+  if (ready > 0) return launch_prepared(self, &prepared);
   return call_fallback(self, args, nargs);
 }
 

@@ -12,7 +12,7 @@ from trident.runtime.build import RuntimeBuildError, load_runtime, runtime_libra
 
 # Defined by csrc/module.cpp, csrc/entry.cpp, csrc/triton_launch.cpp and csrc/buffer_pool.cpp; resolved lazily through load_runtime().
 _NATIVE_NAMES = frozenset(
-    {"Entry", "Context", "TritonLaunch", "BufferPool", "init_cuda", "noop_run_address", "always_guard_address", "time_guard"}
+    {"Entry", "Context", "TritonLaunch", "BufferPool", "GraphRecording", "init_cuda", "noop_run_address", "always_guard_address", "time_guard"}
 )
 
 __all__ = ["RuntimeBuildError", "load_runtime", "runtime_library_path", *sorted(_NATIVE_NAMES)]

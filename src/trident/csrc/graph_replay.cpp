@@ -1,0 +1,693 @@
+/*
+ * graph_replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
+ *
+ * Recording. runtime/cuda_graphs.py starts stream capture (torch.cuda.CUDAGraph, so allocations go to the
+ * graph's private memory pool) and runs the host program once through record(). Each runtime function that
+ * does device work becomes a step, in program order:
+ *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;
+ *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture;
+ *    its results are kept (their memory belongs to the graph from then on) with a signature of its inputs:
+ *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small contiguous input from
+ *    outside the graph that is not a whole constant (a token tensor, a row of a position table) is staged: a
+ *    memcpy node copies it into graph memory, and the operator reads the copy, so the input may move.
+ * Views make no device work and run as usual in both modes.
+ *
+ * Replay. replay() runs the host program again with `active` set: every Triton step computes its launch as
+ * a direct launch would (variant, grid, parameters from this call's sizes, ints and pointers) and patches its
+ * node where they differ; every opaque step compares its inputs' signature with the recorded one and hands
+ * out the recorded results, patching the source of its staged inputs. Anything else — a different input, a
+ * launch that needs Triton's launcher, a different step order — diverges: the host program stops, nothing
+ * has been launched, and the entry runs the call directly. Only then is the graph launched on torch's
+ * current stream, and results that live in graph memory are copied into fresh tensors for the caller.
+ *
+ * What a graph holds for good (node parameters, addresses of its results and staging buffers) is owned by the
+ * Recording; the torch.cuda.CUDAGraph (exec, graph, memory pool) by its Python keepalive.
+ */
+#include "graph_replay.h"
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace trident::graphs {
+
+thread_local Recording* active = nullptr;
+
+namespace {
+
+// --- The driver -------------------------------------------------------------------------------------------
+
+using CUresult = int;
+using CUgraphNode = void*;
+using CUgraph = void*;
+using CUgraphExec = void*;
+using CUstream = void*;
+using CUcontext = void*;
+
+// CUDA_KERNEL_NODE_PARAMS (v1) and CUDA_MEMCPY3D, laid out as cuda.h declares them.
+struct KernelNodeParams {
+  void* func;
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  void** kernel_params;
+  void** extra;
+};
+struct Memcpy3D {
+  size_t src_x_bytes, src_y, src_z, src_lod;
+  int src_memory_type;
+  const void* src_host;
+  uint64_t src_device;
+  void* src_array;
+  void* reserved0;
+  size_t src_pitch, src_height;
+  size_t dst_x_bytes, dst_y, dst_z, dst_lod;
+  int dst_memory_type;
+  void* dst_host;
+  uint64_t dst_device;
+  void* dst_array;
+  void* reserved1;
+  size_t dst_pitch, dst_height;
+  size_t width_bytes, height, depth;
+};
+constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
+
+struct Driver {
+  CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
+                     void**) = nullptr;
+  CUresult (*capture_info)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**, size_t*) = nullptr;
+  CUresult (*set_kernel_params)(CUgraphExec, CUgraphNode, const KernelNodeParams*) = nullptr;
+  CUresult (*set_memcpy_params)(CUgraphExec, CUgraphNode, const Memcpy3D*, CUcontext) = nullptr;
+  CUresult (*memcpy_async)(uint64_t, uint64_t, size_t, CUstream) = nullptr;
+  CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*current_context)(CUcontext*) = nullptr;
+  CUresult (*stream_is_capturing)(CUstream, int*) = nullptr;
+};
+Driver driver;
+
+// --- Steps ------------------------------------------------------------------------------------------------
+
+enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
+
+struct StagedInput {
+  int64_t argument;
+  CUgraphNode node;
+  uint64_t source;  // the address the node copies from now
+  uint64_t destination;
+  size_t bytes;
+};
+
+struct Step {
+  StepKind kind;
+  const void* identity;
+  std::string name;
+  std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
+  std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
+  std::vector<StagedInput> staged;
+  uint64_t staged_arguments = 0;  // bit i: argument i is staged
+  // kernel: the node and the parameters it has now
+  CUgraphNode node = nullptr;
+  void* function = nullptr;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block_threads = 0, shared_bytes = 0;
+  std::vector<uint64_t> slots;
+};
+
+enum class Mode { kRecord, kReplay };
+
+}  // namespace
+
+struct Recording {
+  PyObject_HEAD
+  Mode mode;
+  int32_t device;
+  std::vector<Step>* steps;
+  size_t cursor;  // replay: the next step
+  std::unordered_set<const void*>* internal;  // storages the graph's steps made (StorageImpl*)
+  std::unordered_set<const void*>* external;  // storages the steps read from outside
+  std::unordered_set<const void*>* constants;  // storages of the specialization's constant tensors
+  std::unordered_set<const void*>* returned;   // recording: internal storages already returned once
+  std::vector<at::Tensor>* written;             // recording: outside tensors steps may write (for verification)
+  // replay: (fresh result, graph memory), copied after the launch; a deque, since generated code holds
+  // handles to its elements while the host program runs
+  std::deque<std::pair<at::Tensor, at::Tensor>>* copies;
+  std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
+  CUgraphExec exec;
+  CUstream last_stream;  // of the last replay (the legacy default stream is NULL: hence the flag)
+  bool replayed_before;
+  PyObject* keepalive;  // the torch.cuda.CUDAGraph
+  int64_t replays, divergences, patched_nodes;
+};
+
+namespace {
+
+Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
+const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
+const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+int32_t diverge(Recording* rec, const std::string& why) {
+  *rec->failure = why;
+  trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: CUDA graph replay diverged: " + why).c_str());
+  return TRIDENT_ERROR;
+}
+
+int32_t refuse(Recording* rec, const std::string& why) {
+  if (rec->failure->empty()) *rec->failure = why;
+  trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: not recordable as a CUDA graph: " + why).c_str());
+  return TRIDENT_ERROR;
+}
+
+// The signature of one tensor: what an operator's work depends on besides memory contents. false: a tensor a
+// graph cannot stand for (a CPU tensor with more than one element is read by the host when the op runs).
+bool tensor_signature(const at::Tensor& t, bool without_address, std::vector<int64_t>* out) {
+  if (!t.defined()) {
+    out->push_back(-1);
+    return true;
+  }
+  out->push_back(static_cast<int64_t>(t.scalar_type()));
+  if (!t.is_cuda()) {
+    if (t.dim() != 0 || t.device().type() != c10::DeviceType::CPU) return false;
+    int64_t bits = 0;
+    std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof bits));
+    out->push_back(bits);
+    return true;
+  }
+  out->push_back(t.device().index());
+  out->push_back(without_address ? 0 : reinterpret_cast<intptr_t>(t.const_data_ptr()));
+  out->push_back(t.dim());
+  for (int64_t s : t.sizes()) out->push_back(s);
+  for (int64_t s : t.strides()) out->push_back(s);
+  return true;
+}
+
+bool signature(const int64_t* args, int64_t nargs, uint64_t staged, std::vector<int64_t>* out) {
+  out->clear();
+  for (int64_t i = 0; i < nargs; ++i) {
+    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+    out->push_back(tag_word);
+    switch (tag) {
+      case TRIDENT_TAG_TENSOR:
+        if (value == 0) {
+          out->push_back(-1);
+        } else if (!tensor_signature(tensor_at(value), i < 64 && (staged >> i & 1), out)) {
+          return false;
+        }
+        break;
+      case TRIDENT_TAG_TENSOR_LIST:
+      case TRIDENT_TAG_OPT_TENSOR_LIST: {
+        const auto* items = reinterpret_cast<const int64_t*>(value);
+        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
+          if (items[k] == 0) {
+            out->push_back(-1);
+          } else if (!tensor_signature(tensor_at(items[k]), false, out)) {
+            return false;
+          }
+        }
+        break;
+      }
+      case TRIDENT_TAG_INT_LIST: {
+        const auto* items = reinterpret_cast<const int64_t*>(value);
+        out->insert(out->end(), items, items + (tag_word >> TRIDENT_ARG_LENGTH_SHIFT));
+        break;
+      }
+      default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
+        out->push_back(value);
+    }
+  }
+  return true;
+}
+
+void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f) {
+  for (int64_t i = 0; i < nargs; ++i) {
+    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+    if (tag == TRIDENT_TAG_TENSOR && value != 0) {
+      f(i, tensor_at(value));
+    } else if (tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) {
+      const auto* items = reinterpret_cast<const int64_t*>(value);
+      for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
+        if (items[k] != 0) f(i, tensor_at(items[k]));
+      }
+    }
+  }
+}
+
+bool capturing_stream(int32_t device, CUstream* stream) {
+  bool capturing = false;
+  return trident::current_cuda_stream(device, stream, &capturing) && capturing;
+}
+
+// The node the last operation captured on `stream` added (its only dependency for the next one).
+bool last_node(CUstream stream, CUgraphNode* node) {
+  int status = 0;
+  unsigned long long id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  size_t n = 0;
+  if (driver.capture_info(stream, &status, &id, &graph, &deps, &n) != 0 || status != 1 || n != 1) return false;
+  *node = deps[0];
+  return true;
+}
+
+constexpr size_t kMaxStagedBytes = 64 * 1024;
+
+// Recording: whether input `t` of an opaque step is read from outside the graph, may move between calls and
+// is cheap to copy in (see the file comment).
+bool stageable(const Recording* rec, const at::Tensor& t) {
+  if (!t.is_cuda() || !t.is_contiguous() || t.nbytes() > kMaxStagedBytes || t.numel() == 0) return false;
+  const void* storage = storage_of(t);
+  if (rec->internal->count(storage) != 0) return false;
+  const bool whole_constant = rec->constants->count(storage) != 0 && t.storage_offset() == 0 &&
+                              static_cast<size_t>(t.nbytes()) == t.storage().nbytes();
+  return !whole_constant;
+}
+
+int32_t record_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
+                      uint64_t written, OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets) {
+  Step step{StepKind::kOpaque, identity, name};
+  CUstream stream = nullptr;
+  if (!capturing_stream(rec->device, &stream)) return refuse(rec, std::string(name) + " ran outside the capture");
+  // Stage the inputs that may move: a copy of the argument array, pointing at the staging buffers.
+  std::vector<int64_t> patched(args, args + 2 * nargs);
+  std::vector<at::Tensor> buffers;
+  buffers.reserve(nargs);
+  for (int64_t i = 0; i < nargs && i < 64; ++i) {
+    if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0 || (written >> i & 1)) continue;
+    const at::Tensor& t = tensor_at(args[2 * i + 1]);
+    if (!stageable(rec, t)) continue;
+    at::Tensor copy = at::empty_like(t, at::MemoryFormat::Contiguous);
+    const uint64_t src = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    const uint64_t dst = reinterpret_cast<uintptr_t>(copy.data_ptr());
+    CUgraphNode node = nullptr;
+    if (driver.memcpy_async(dst, src, t.nbytes(), stream) != 0 || !last_node(stream, &node)) {
+      return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
+    }
+    step.staged.push_back({i, node, src, dst, static_cast<size_t>(t.nbytes())});
+    step.staged_arguments |= uint64_t{1} << i;
+    buffers.push_back(copy);
+    patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
+    rec->internal->insert(storage_of(copy));
+  }
+  if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
+    return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
+  }
+  bool fine = true;
+  for_each_tensor(args, nargs, [&](int64_t i, const at::Tensor& t) {
+    const void* storage = storage_of(t);
+    if (rec->internal->count(storage) != 0) return;
+    rec->external->insert(storage);
+    if (i >= 64 || (written >> i & 1)) rec->written->push_back(t);
+    if (!t.is_cuda() && t.dim() != 0) fine = false;
+  });
+  if (!fine) return refuse(rec, std::string(name) + " reads a CPU tensor");
+  // The operator itself runs with no recording active: Python it calls (a custom op's kernel, a nested jitted
+  // function) runs as it would outside, into the same capture.
+  active = nullptr;
+  const int32_t status = run(closure, patched.data(), nargs, rets, nrets);
+  active = rec;
+  if (status != TRIDENT_OK) return status;
+  for (int64_t k = 0; k < nrets; ++k) {
+    if (rets[k] == nullptr) {
+      step.results.emplace_back();
+      continue;
+    }
+    const at::Tensor& r = tensor_at(reinterpret_cast<int64_t>(rets[k]));
+    if (!r.is_cuda()) return refuse(rec, std::string(name) + " made a CPU tensor");
+    step.results.push_back(r);
+    if (rec->external->count(storage_of(r)) == 0) rec->internal->insert(storage_of(r));
+  }
+  step.results.insert(step.results.end(), buffers.begin(), buffers.end());  // staging buffers live with the step
+  rec->steps->push_back(std::move(step));
+  return TRIDENT_OK;
+}
+
+int32_t replay_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
+                      AtenTensorHandle* rets, int64_t nrets) {
+  if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
+  Step& step = (*rec->steps)[rec->cursor];
+  if (step.kind != StepKind::kOpaque || step.identity != identity) {
+    return diverge(rec, std::string(name) + " where the recording has " + step.name);
+  }
+  thread_local std::vector<int64_t> scratch;
+  if (!signature(args, nargs, step.staged_arguments, &scratch) || scratch != step.signature) {
+    return diverge(rec, "the inputs of " + step.name + " differ from the recorded ones");
+  }
+  for (StagedInput& s : step.staged) {
+    const uint64_t src = reinterpret_cast<uintptr_t>(tensor_at(args[2 * s.argument + 1]).const_data_ptr());
+    if (src == s.source) continue;
+    Memcpy3D p{};
+    p.src_memory_type = kMemoryTypeDevice;
+    p.src_device = src;
+    p.dst_memory_type = kMemoryTypeDevice;
+    p.dst_device = s.destination;
+    p.width_bytes = s.bytes;
+    p.height = 1;
+    p.depth = 1;
+    CUcontext context = nullptr;
+    if (driver.current_context(&context) != 0 || driver.set_memcpy_params(rec->exec, s.node, &p, context) != 0) {
+      return diverge(rec, "the staged input of " + step.name + " could not be patched");
+    }
+    s.source = src;
+    ++rec->patched_nodes;
+  }
+  ++rec->cursor;
+  for (int64_t k = 0; k < nrets; ++k) {
+    const at::Tensor& r = step.results[k];
+    rets[k] = r.defined() ? reinterpret_cast<AtenTensorHandle>(new at::Tensor(r)) : nullptr;
+  }
+  return TRIDENT_OK;
+}
+
+void snapshot_parameters(Step* step, const PreparedLaunch& p) {
+  step->function = p.function;
+  std::memcpy(step->grid, p.grid, sizeof step->grid);
+  step->block_threads = p.block_threads;
+  step->shared_bytes = p.shared_bytes;
+  step->slots.assign(p.slots, p.slots + p.n_params);
+}
+
+bool same_parameters(const Step& step, const PreparedLaunch& p) {
+  return step.function == p.function && std::memcmp(step.grid, p.grid, sizeof step.grid) == 0 &&
+         step.block_threads == p.block_threads && step.shared_bytes == p.shared_bytes &&
+         step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
+}
+
+// --- The Python type ---------------------------------------------------------------------------------------
+
+void recording_dealloc(PyObject* self) {
+  Recording* rec = as_recording(self);
+  PyObject_GC_UnTrack(self);
+  Py_CLEAR(rec->keepalive);
+  delete rec->steps;
+  delete rec->internal;
+  delete rec->external;
+  delete rec->constants;
+  delete rec->returned;
+  delete rec->written;
+  delete rec->copies;
+  delete rec->failure;
+  Py_TYPE(self)->tp_free(self);
+}
+
+int recording_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(as_recording(self)->keepalive);
+  return 0;
+}
+
+int recording_clear(PyObject* self) {
+  Py_CLEAR(as_recording(self)->keepalive);
+  return 0;
+}
+
+// GraphRecording(device: int, constants: list[Tensor])
+PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
+  int device = 0;
+  PyObject* constants = nullptr;
+  if (!PyArg_ParseTuple(args, "iO:GraphRecording", &device, &constants)) return nullptr;
+  PyObject* items = PySequence_Fast(constants, "GraphRecording: constants must be a sequence");
+  if (items == nullptr) return nullptr;
+  auto* rec = as_recording(type->tp_alloc(type, 0));
+  if (rec == nullptr) return Py_DECREF(items), nullptr;
+  rec->mode = Mode::kRecord;
+  rec->device = device;
+  rec->steps = new std::vector<Step>();
+  rec->internal = new std::unordered_set<const void*>();
+  rec->external = new std::unordered_set<const void*>();
+  rec->constants = new std::unordered_set<const void*>();
+  rec->returned = new std::unordered_set<const void*>();
+  rec->written = new std::vector<at::Tensor>();
+  rec->copies = new std::deque<std::pair<at::Tensor, at::Tensor>>();
+  rec->failure = new std::string();
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(items, i);
+    if (THPVariable_Check(item)) rec->constants->insert(storage_of(THPVariable_Unpack(item)));
+  }
+  Py_DECREF(items);
+  return reinterpret_cast<PyObject*>(rec);
+}
+
+// set_graph(exec_address, keepalive): the instantiated graph the steps' nodes belong to; replays from now on.
+PyObject* recording_set_graph(PyObject* self, PyObject* args) {
+  Recording* rec = as_recording(self);
+  PyObject *exec_arg, *keepalive;
+  if (!PyArg_ParseTuple(args, "OO:set_graph", &exec_arg, &keepalive)) return nullptr;
+  void* exec = PyLong_AsVoidPtr(exec_arg);
+  if (exec == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_graph: the graph exec is NULL");
+    return nullptr;
+  }
+  rec->exec = exec;
+  Py_INCREF(keepalive);
+  Py_XSETREF(rec->keepalive, keepalive);
+  rec->mode = Mode::kReplay;
+  rec->returned->clear();
+  Py_RETURN_NONE;
+}
+
+// written() -> list[Tensor]: the tensors from outside the graph its steps may write (verification snapshots
+// them); forget_written() drops the references once verified.
+PyObject* recording_written(PyObject* self, PyObject*) {
+  const std::vector<at::Tensor>& written = *as_recording(self)->written;
+  PyObject* list = PyList_New(0);
+  if (list == nullptr) return nullptr;
+  std::unordered_set<const void*> seen;
+  for (const at::Tensor& t : written) {
+    if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;
+    PyObject* obj = THPVariable_Wrap(t);
+    if (obj == nullptr || PyList_Append(list, obj) < 0) {
+      Py_XDECREF(obj);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(obj);
+  }
+  return list;
+}
+
+PyObject* recording_forget_written(PyObject* self, PyObject*) {
+  as_recording(self)->written->clear();
+  Py_RETURN_NONE;
+}
+
+PyObject* recording_failure(PyObject* self, void*) {
+  const std::string& failure = *as_recording(self)->failure;
+  if (failure.empty()) Py_RETURN_NONE;
+  return PyUnicode_FromString(failure.c_str());
+}
+
+PyObject* recording_counts(PyObject* self, void*) {
+  Recording* rec = as_recording(self);
+  int64_t kernels = 0, opaque = 0, staged = 0;
+  for (const Step& s : *rec->steps) {
+    if (s.kind == StepKind::kKernel) ++kernels;
+    if (s.kind == StepKind::kOpaque) ++opaque;
+    staged += static_cast<int64_t>(s.staged.size());
+  }
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
+                       (long long)opaque, "staged_inputs", (long long)staged, "replays", (long long)rec->replays,
+                       "divergences", (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes);
+}
+
+PyMethodDef recording_methods[] = {
+    {"set_graph", recording_set_graph, METH_VARARGS, "set_graph(exec_address, keepalive): replay from now on"},
+    {"written", recording_written, METH_NOARGS, "outside tensors the recorded steps may write"},
+    {"forget_written", recording_forget_written, METH_NOARGS, "drop the references written() returns"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef recording_getset[] = {
+    {"failure", recording_failure, nullptr, "why the program is not a graph, or why the last replay diverged", nullptr},
+    {"counts", recording_counts, nullptr, "steps, replays, divergences and patched nodes", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+}  // namespace
+
+PyTypeObject RecordingType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool ready_recording_type() {
+  PyTypeObject& t = RecordingType;
+  t.tp_name = "trident.runtime.GraphRecording";
+  t.tp_doc = "GraphRecording(device, constants): a specialization's host program recorded as a CUDA graph";
+  t.tp_basicsize = sizeof(Recording);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+  t.tp_new = recording_new;
+  t.tp_dealloc = recording_dealloc;
+  t.tp_traverse = recording_traverse;
+  t.tp_clear = recording_clear;
+  t.tp_methods = recording_methods;
+  t.tp_getset = recording_getset;
+  return PyType_Ready(&t) == 0;
+}
+
+bool resolve_driver(void* libcuda) {
+  Driver d;
+  const bool found = trident::resolve(libcuda, "cuLaunchKernel", &d.launch) &&
+                     trident::resolve(libcuda, "cuStreamGetCaptureInfo_v2", &d.capture_info) &&
+                     trident::resolve(libcuda, "cuGraphExecKernelNodeSetParams", &d.set_kernel_params) &&
+                     trident::resolve(libcuda, "cuGraphExecMemcpyNodeSetParams", &d.set_memcpy_params) &&
+                     trident::resolve(libcuda, "cuMemcpyDtoDAsync_v2", &d.memcpy_async) &&
+                     trident::resolve(libcuda, "cuGraphLaunch", &d.graph_launch) &&
+                     trident::resolve(libcuda, "cuCtxGetCurrent", &d.current_context) &&
+                     trident::resolve(libcuda, "cuStreamIsCapturing", &d.stream_is_capturing);
+  if (found) driver = d;
+  return found;
+}
+
+int32_t opaque_step(const void* identity, const char* name, const int64_t* args, int64_t nargs, uint64_t written,
+                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets) {
+  Recording* rec = active;
+  try {
+    if (rec->mode == Mode::kRecord) return record_opaque(rec, identity, name, args, nargs, written, run, closure, rets, nrets);
+    return replay_opaque(rec, identity, name, args, nargs, rets, nrets);
+  } catch (...) {
+    active = rec;
+    return trident::fail_with_current_exception();
+  }
+}
+
+int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, const int64_t* args, int64_t nargs) {
+  Recording* rec = active;
+  if (p == nullptr) {
+    const std::string why = std::string("Triton kernel '") + name + "' needs Triton's launcher for this launch";
+    return rec->mode == Mode::kRecord ? refuse(rec, why) : diverge(rec, why);
+  }
+  const bool empty = p->grid[0] == 0 || p->grid[1] == 0 || p->grid[2] == 0;
+  if (rec->mode == Mode::kRecord) {
+    Step step{empty ? StepKind::kEmptyLaunch : StepKind::kKernel, identity, name};
+    if (!empty) {
+      CUstream stream = nullptr;
+      if (!capturing_stream(p->device, &stream)) return refuse(rec, std::string(name) + " launched outside the capture");
+      if (driver.launch(p->function, p->grid[0], p->grid[1], p->grid[2], p->block_threads, 1, 1, p->shared_bytes,
+                        stream, p->params, nullptr) != 0 ||
+          !last_node(stream, &step.node)) {
+        return refuse(rec, std::string("Triton kernel '") + name + "' could not be captured");
+      }
+      snapshot_parameters(&step, *p);
+      // Without an analysis of the kernel, any tensor it gets may be written.
+      for_each_tensor(args, nargs, [&](int64_t, const at::Tensor& t) {
+        if (rec->internal->count(storage_of(t)) != 0) return;
+        rec->external->insert(storage_of(t));
+        rec->written->push_back(t);
+      });
+    }
+    rec->steps->push_back(std::move(step));
+    return TRIDENT_OK;
+  }
+  if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
+  Step& step = (*rec->steps)[rec->cursor];
+  if (step.identity != identity || (step.kind == StepKind::kEmptyLaunch) != empty) {
+    return diverge(rec, std::string("Triton kernel '") + name + "' where the recording has " + step.name +
+                            (empty ? " (this launch has an empty grid)" : ""));
+  }
+  ++rec->cursor;
+  if (empty || same_parameters(step, *p)) return TRIDENT_OK;
+  KernelNodeParams params{p->function, p->grid[0], p->grid[1], p->grid[2], p->block_threads, 1, 1,
+                          p->shared_bytes, p->params, nullptr};
+  if (driver.set_kernel_params(rec->exec, step.node, &params) != 0) {
+    return diverge(rec, std::string("Triton kernel '") + name + "': its graph node could not be patched");
+  }
+  snapshot_parameters(&step, *p);
+  ++rec->patched_nodes;
+  return TRIDENT_OK;
+}
+
+int32_t unsupported(const std::string& why) {
+  Recording* rec = active;
+  return rec->mode == Mode::kRecord ? refuse(rec, why) : diverge(rec, why);
+}
+
+bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement) {
+  Recording* rec = active;
+  *replacement = t;
+  if (t == nullptr) return true;
+  const at::Tensor& r = tensor_at(reinterpret_cast<int64_t>(t));
+  if (!r.defined() || rec->internal->count(storage_of(r)) == 0) return true;
+  try {
+    if (rec->mode == Mode::kRecord) {
+      if (!rec->returned->insert(storage_of(r)).second) {
+        refuse(rec, "two results share memory the graph made");
+        PyErr_SetString(PyExc_RuntimeError, trident_last_error());
+        return false;
+      }
+      return true;
+    }
+    at::Tensor fresh = at::empty_strided(r.sizes(), r.strides(), r.options());
+    rec->copies->emplace_back(fresh, r);
+    *replacement = reinterpret_cast<AtenTensorHandle>(&rec->copies->back().first);
+    return true;
+  } catch (...) {
+    trident::fail_with_current_exception();
+    PyErr_SetString(PyExc_RuntimeError, trident_last_error());
+    return false;
+  }
+}
+
+int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+               PyObject** result) {
+  Recording* rec = as_recording(recording);
+  rec->steps->clear();
+  rec->failure->clear();
+  Recording* outer = active;
+  active = rec;
+  const int32_t status = run(ctx, slots, result);
+  active = outer;
+  return status;
+}
+
+ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+                     PyObject** result) {
+  Recording* rec = as_recording(recording);
+  CUstream stream = nullptr;
+  bool capturing = true;
+  // The caller's own capture (the call is part of a graph they record) or another stream: run directly.
+  if (active != nullptr || !trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing ||
+      (rec->replayed_before && stream != rec->last_stream)) {
+    return ReplayOutcome::kDirect;
+  }
+  rec->cursor = 0;
+  rec->copies->clear();
+  active = rec;
+  PyObject* out = nullptr;
+  const int32_t status = run(ctx, slots, &out);
+  active = nullptr;
+  if (status != TRIDENT_OK || rec->cursor != rec->steps->size()) {
+    Py_XDECREF(out);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (status == TRIDENT_OK) *rec->failure = "the program ended before its recorded steps did";
+    rec->copies->clear();
+    ++rec->divergences;
+    return ReplayOutcome::kDirect;
+  }
+  const CUresult launched = driver.graph_launch(rec->exec, stream);
+  if (launched != 0) {
+    Py_XDECREF(out);
+    rec->copies->clear();
+    PyErr_Format(trident::kernel_launch_error_type(), "trident: launching a recorded CUDA graph failed (CUresult %d)",
+                 launched);
+    return ReplayOutcome::kError;
+  }
+  try {
+    for (auto& [fresh, source] : *rec->copies) fresh.copy_(source, /*non_blocking=*/true);
+  } catch (const std::exception& e) {
+    Py_XDECREF(out);
+    rec->copies->clear();
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return ReplayOutcome::kError;
+  }
+  rec->copies->clear();
+  rec->last_stream = stream;
+  rec->replayed_before = true;
+  ++rec->replays;
+  *result = out;
+  return ReplayOutcome::kReplayed;
+}
+
+}  // namespace trident::graphs

@@ -1,0 +1,80 @@
+/*
+ * graph_replay.h — recording a specialization's host program as a CUDA graph, and replaying it (internal).
+ *
+ * A recording is made by running the compiled host program once while torch's current stream captures
+ * (graph_replay.cpp says how, and runtime/cuda_graphs.py when). A replay runs the same host program again,
+ * natively, but in replay mode: every runtime function that would do device work instead checks that its
+ * work is the recorded work, or patches the graph where it can, and nothing is launched until the host
+ * program finished; then the entry launches the whole graph once. The runtime functions call the hooks
+ * below only while `active` is set (one thread-local load on the direct path).
+ */
+#ifndef TRIDENT_GRAPH_REPLAY_H
+#define TRIDENT_GRAPH_REPLAY_H
+
+#include "runtime_internal.h"
+
+#include <string>
+
+namespace trident::graphs {
+
+struct Recording;
+// The recording or replay the calling thread is inside; null during direct execution.
+extern thread_local Recording* active;
+
+// Runs an operator for real: (closure, args, nargs, rets, nrets) -> status, as trident_op_call.
+using OpRunner = int32_t (*)(const void* closure, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                             int64_t nrets);
+
+// An operator whose kernels the runtime cannot see (ATen, cuBLAS, custom ops, the buffer pool). Recording:
+// runs it (stream-captured) and keeps its results and a signature of its inputs (addresses, layouts,
+// scalars). Replay: hands out the recorded results when the inputs are the recorded ones, else diverges.
+// `written` has bit i set when argument i is written in place.
+int32_t opaque_step(const void* identity, const char* name, const int64_t* args, int64_t nargs, uint64_t written,
+                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets);
+
+// A native Triton launch, prepared by triton_launch.cpp (everything cuLaunchKernel takes).
+constexpr int kMaxLaunchParams = 130;
+struct PreparedLaunch {
+  void* function;
+  unsigned grid[3];
+  unsigned block_threads;
+  unsigned shared_bytes;
+  int32_t device;
+  size_t n_params;
+  uint64_t slots[kMaxLaunchParams];
+  void* params[kMaxLaunchParams];
+  void* stream;
+};
+// Recording: launches it on the capturing stream and keeps its graph node. Replay: patches the node where the
+// parameters differ. `prepared` null: the launch has no native variant (Triton's launcher would run it), which a
+// graph cannot hold.
+int32_t triton_step(const void* identity, const char* name, PreparedLaunch* prepared, const int64_t* args,
+                    int64_t nargs);
+
+// Work a graph cannot hold (an operator returning a Python scalar): refuses the recording, or diverges.
+int32_t unsupported(const std::string& why);
+
+// Replay: a result the host program returns that lives in the graph's memory is handed to the caller as a
+// fresh tensor, filled after the graph ran (a later replay must not overwrite what the caller holds). Returns
+// the tensor to wrap (t itself when no copy is needed); an undefined tensor with the error set on failure.
+// Recording: notes which recorded memory results alias (two results sharing it cannot be copied apart).
+bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
+
+// The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.
+bool resolve_driver(void* libcuda);
+
+// The Python types and the entry's replay: module.cpp / entry.cpp.
+extern PyTypeObject RecordingType;
+bool ready_recording_type();
+enum class ReplayOutcome { kReplayed, kDirect, kError };
+// Replays `recording` for one call whose run function is `run`: host program in replay mode, then the graph
+// launch and the result copies. kDirect: nothing ran; the caller runs the call directly.
+ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+                     PyObject** result);
+// Runs `run` once in recording mode (the caller set up stream capture).
+int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+               PyObject** result);
+
+}  // namespace trident::graphs
+
+#endif /* TRIDENT_GRAPH_REPLAY_H */

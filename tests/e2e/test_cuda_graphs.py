@@ -1,0 +1,156 @@
+"""CUDA graph replay (TRIDENT_CUDA_GRAPHS=1, runtime/cuda_graphs.py): the decode benchmark's tiny models replayed
+as graphs must give the direct native path's bits, step after step, with positions that change every call.
+
+Each test builds two jitted copies of one step on separate but equal caches: one with graphs on, one without,
+fed the same tokens and positions. Every call's logits and the caches after it must be equal bit for bit, and
+the graph copy must really have replayed (its recording's replay count, and no eager call). The GPU tests are
+marked `gpu`; on CPU the recorder only says why there is no graph, and the call runs directly."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers_native import assert_native
+
+import trident
+from trident.runtime import cuda_graphs
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.llm.models import build_model  # noqa: E402
+
+POSITIONS = list(range(0, 40)) + [63, 64, 65, 80]  # every residue mod 16 (Triton's int specialization), a 2nd block
+gpu = pytest.mark.gpu
+
+
+def graph_of(step: object, index: int) -> object:
+    return step._trident.entry.graph(index)  # type: ignore[attr-defined]
+
+
+def jitted(fn: object, graphs: bool) -> object:
+    step = trident.jit(fn)
+    step._trident.use_cuda_graphs(graphs)  # type: ignore[attr-defined]
+    return step
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@gpu
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int) -> None:
+    model = build_model(model_name, "cuda", torch.bfloat16, tiny=True, max_seq=128)
+    fn = model.step_for("kernels", pos_kind)
+    with_graphs, direct = jitted(fn, True), jitted(fn, False)
+    caches, direct_caches = model.new_caches(batch), model.new_caches(batch)
+    held = []
+    with torch.no_grad():
+        for p in POSITIONS:
+            tokens = torch.randint(0, model.vocab, (batch,), device="cuda")  # a new tensor every step
+            pos = torch.tensor([p], dtype=torch.int32, device="cuda") if pos_kind == "tensor" else p
+            logits = with_graphs(tokens, pos, caches)
+            expected = direct(tokens.clone(), pos, direct_caches)
+            held.append((logits, expected.clone()))
+            assert same_bits(logits, expected), f"position {p}"
+    for (k, v), (dk, dv) in zip(caches, direct_caches):
+        assert same_bits(k, dk) and same_bits(v, dv)
+    # Results the caller still holds were never overwritten by a later replay.
+    for i, (logits, expected) in enumerate(held):
+        assert same_bits(logits, expected), f"held result of step {i}"
+    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
+    last = len(specs) - 1  # int positions: the position becomes symbolic in the second specialization
+    recording = graph_of(with_graphs, last)
+    text = trident.explain(with_graphs)
+    assert recording is not None, text
+    counts = recording.counts
+    hits = with_graphs._trident.entry.hits()[last]  # type: ignore[attr-defined]
+    # Hits 1-2 run directly, the 3rd records and proves; every later hit replays (positions only patch nodes),
+    # except the first call of a position Triton specializes anew (== 1, % 16 == 0), which needs Triton's
+    # launcher to compile that variant: it diverges and runs directly.
+    assert counts["replays"] + counts["divergences"] == hits - cuda_graphs.RECORD_AT_HIT + 1, text
+    assert counts["divergences"] <= 4, text
+    assert counts["patched_nodes"] > 0, text  # positions and the moving token tensor reached the graph by patches
+    assert "CUDA graph:" in text and "replay(s)" in text, text
+    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+
+
+@gpu
+def test_a_moved_input_an_opaque_operator_reads_runs_directly_and_stays_correct() -> None:
+    """An input too large to stage that moves between calls makes the replay diverge: the call runs directly."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.silu(x @ w) * 2
+
+    w = torch.randn(256, 256, device="cuda")
+    with_graphs = jitted(f, True)
+    xs = [torch.randn(512, 256, device="cuda") for _ in range(6)]  # 512 KB each, each at its own address
+    for x in xs:
+        torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None, trident.explain(with_graphs)
+    assert recording.counts["divergences"] >= 1 and recording.counts["replays"] == 1  # the proving replay only
+    assert "differ from the recorded ones" in recording.failure
+    same = xs[cuda_graphs.RECORD_AT_HIT - 1]  # the input of the recording call
+    for _ in range(3):  # at the recorded address again: replays
+        torch.testing.assert_close(with_graphs(same, w), f(same, w), rtol=0, atol=0)
+    assert recording.counts["replays"] >= 2
+
+
+@gpu
+def test_calls_on_another_stream_or_inside_a_users_capture_run_directly() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 3).relu() + 1
+
+    x = torch.randn(1024, device="cuda")
+    with_graphs = jitted(f, True)
+    for _ in range(5):
+        with_graphs(x)
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None
+    replays = recording.counts["replays"]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out = with_graphs(x)
+    side.synchronize()
+    assert torch.equal(out, f(x)) and recording.counts["replays"] == replays
+    user_graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(user_graph, stream=stream):
+        captured = with_graphs(x)
+    x.copy_(torch.randn(1024, device="cuda"))
+    user_graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, f(x)) and recording.counts["replays"] == replays
+
+
+def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+    with_graphs = jitted(f, True)
+    x = torch.randn(8)
+    for _ in range(cuda_graphs.RECORD_AT_HIT + 2):
+        assert torch.equal(with_graphs(x), f(x))
+    assert graph_of(with_graphs, 0) is None
+    assert "CUDA graph: none (no CUDA tensor among the arguments)" in trident.explain(with_graphs)
+    assert_native(with_graphs, hits=cuda_graphs.RECORD_AT_HIT + 2, compiles=1)
+
+
+def test_graphs_are_off_by_default() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    step = trident.jit(f)
+    step(torch.ones(4))  # the entry exists, and TRIDENT_CUDA_GRAPHS is unset in the test environment
+    for _ in range(cuda_graphs.RECORD_AT_HIT + 1):
+        step(torch.ones(4))
+    assert "CUDA graph" not in trident.explain(step)
