@@ -436,9 +436,7 @@ class JitFunction:
                 lines += [f"    {line}" for line in describe_pool(pool)]
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")
-            graph = cuda_graphs.describe(self, spec.index)
-            if graph is not None:
-                lines.append(f"    {graph}")
+            lines += [f"    {line}" for line in cuda_graphs.describe(self, spec.index)]
         if self.last_miss_reason is not None:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:

@@ -93,7 +93,7 @@ NOT_OPTIONS = {
     "disk_cache": "warm start does not cover torch.compile graphs: they compile in each process",
     "disk_cache_dir": "warm start does not cover torch.compile graphs",
     "disk_cache_max_mb": "warm start does not cover torch.compile graphs",
-    "cuda_graphs": "not yet an option of the backend: set TRIDENT_CUDA_GRAPHS=1 in the environment",
+    "cuda_graphs": "not an option of the backend yet: TRIDENT_CUDA_GRAPHS=0 in the environment turns graph replay off",
 }
 # What every graph's misses run under, whatever the options.
 _GRAPH_KNOBS: dict[str, object] = {"disk_cache": False}

@@ -68,10 +68,10 @@ class Knobs:
     # TRIDENT_OPAQUE_OPS=ns::op[.overload],...: these operators stay opaque even with see-through on (names as
     # written; capture/python_kernels.py reads `ns::op.default` as `ns::op`).
     opaque_ops: frozenset[str] = frozenset()
-    # TRIDENT_CUDA_GRAPHS=1: a CUDA specialization's host program is recorded as a CUDA graph at its third hit and
-    # replayed, with patched kernel parameters, from then on (runtime/cuda_graphs.py). Off until proven on the
-    # GPU suite and the decode benchmarks.
-    cuda_graphs: bool = False
+    # TRIDENT_CUDA_GRAPHS=0: no CUDA graph replay. By default a CUDA specialization's host program is recorded as a
+    # CUDA graph at its third hit, proven against the direct run, and replayed with patched kernel parameters from
+    # then on (runtime/cuda_graphs.py).
+    cuda_graphs: bool = True
 
 
 def comma_names(text: str) -> frozenset[str]:
@@ -97,7 +97,7 @@ def _read() -> Knobs:
         strict=_flag("TRIDENT_STRICT"),
         see_through=_flag_on_unless_off("TRIDENT_SEE_THROUGH"),
         opaque_ops=comma_names(os.environ.get("TRIDENT_OPAQUE_OPS", "")),
-        cuda_graphs=_flag("TRIDENT_CUDA_GRAPHS"),
+        cuda_graphs=_flag_on_unless_off("TRIDENT_CUDA_GRAPHS"),
     )
 
 
@@ -122,8 +122,9 @@ KNOB_DOCS = {
     "ATen operators, as flag-gems does) stay one opaque dispatcher call instead of being traced into (default on)",
     "TRIDENT_OPAQUE_OPS": "comma list of operators kept opaque even with see-through on (mylib::gemv for every "
     "overload, aten::add.Tensor for one); also trident.keep_opaque(...)",
-    "TRIDENT_CUDA_GRAPHS": "1: replay each CUDA specialization as a CUDA graph from its third hit, patching kernel "
-    "parameters that changed (positions, pointers); proven bit for bit against the direct run first (default off)",
+    "TRIDENT_CUDA_GRAPHS": "0: no CUDA graph replay (default on: each CUDA specialization is replayed as a CUDA graph "
+    "from its third hit, kernel parameters that changed patched, after proving itself bit for bit against the "
+    "direct run)",
 }
 
 knobs = _read()

@@ -95,10 +95,15 @@ def test_hit_path_native_heap_and_rss_do_not_grow_per_call() -> None:
     assert min(rss) < RSS_BYTES_PER_CALL, f"RSS grew by {rss} bytes per call"
 
 
+GRAPH_LEAK_CALLS = max(LEAK_CALLS, 100_000)  # issue 17: 10^5 graph-replayed calls
+
+
 @pytest.mark.gpu
-def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches() -> None:
+@pytest.mark.parametrize("graphs", [False, True], ids=["direct", "cuda_graphs"])
+def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool) -> None:
     """On CUDA: ATen outputs and a natively launched Triton kernel's output die with the caller's references
-    (torch.cuda.memory_allocated returns exactly to its level), and RSS stays flat."""
+    (torch.cuda.memory_allocated returns exactly to its level), and RSS stays flat; with CUDA graph replay
+    too, over 10^5 replayed calls (each result a fresh tensor copied out of graph memory)."""
     import triton
     import triton.language as tl
 
@@ -113,18 +118,23 @@ def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches() -> None:
         scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
         return out + y, (x - y).sum()
 
+    step._trident.use_cuda_graphs(graphs)  # type: ignore[attr-defined]
     x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     def usage() -> tuple[int, int]:
         return torch.cuda.memory_allocated(), rss_bytes()
 
     with torch.no_grad():
         torch.testing.assert_close(step(x, y)[0], x * 3 + y)
-        window = LEAK_CALLS // 2
+        window = (GRAPH_LEAK_CALLS if graphs else LEAK_CALLS) // 2
         memory, rss = measure_after_calls(lambda: step(x, y), WARMUP_CALLS, usage)  # type: ignore[misc]
         memory_middle, rss_middle = measure_after_calls(lambda: step(x, y), window, usage)  # type: ignore[misc]
         memory_after, rss_after = measure_after_calls(lambda: step(x, y), window, usage)  # type: ignore[misc]
     launches = triton_launch_sites(step)[0]
     assert launches.native_launches >= 2 * window
+    replayed = step._trident.entry.graphs(0)["replays"]  # type: ignore[attr-defined]
+    assert replayed >= 2 * window if graphs else replayed == 0, trident.explain(step)
+    if graphs:
+        torch.testing.assert_close(step(x, y)[0], x * 3 + y)
     rss_per_call = [(rss_middle - rss) / window, (rss_after - rss_middle) / window]
     print(f"\n2 x {window} CUDA hit-path calls: CUDA memory {memory} -> {memory_middle} -> {memory_after} bytes, "
           f"RSS {rss_per_call[0]:+.2f}, {rss_per_call[1]:+.2f} B/call")

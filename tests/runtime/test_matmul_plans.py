@@ -9,6 +9,15 @@ import trident
 from trident.knobs import override
 from trident.runtime import load_runtime
 
+
+@pytest.fixture(autouse=True)
+def _direct_path():  # type: ignore[no-untyped-def]
+    """These tests count what the direct path does per call (pool reuses, plans, ATen matmuls); a CUDA graph
+    replay does none of it, so graph replay is off here (tests/e2e/test_cuda_graphs.py covers it)."""
+    with override(cuda_graphs=False):
+        yield
+
+
 F = torch.nn.functional
 
 

@@ -25,9 +25,19 @@ struct Spec {
   PyObject* context;    // strong: owns *ctx
   PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
   uint64_t hits;
-  PyObject* graph;      // strong or NULL: the GraphRecording replayed instead of running directly
-  bool graph_tried;     // the graph recorder has been called for this specialization
+  // CUDA graph replay (graph_replay.h): the recordings tried in turn, most recently replayed first (a list, strong,
+  // or NULL before the first); a hit no recording matches runs directly and counts as a graph miss.
+  PyObject* graphs;
+  uint32_t recordings_tried;  // calls of the graph recorder for this specialization
+  bool graphs_off;      // too many graph misses: direct from now on
+  uint64_t graph_replays, graph_misses;
 };
+
+// At most this many recordings (recorder calls) per specialization (symbolic sizes, e.g. batch 1 and 8, each need their own), and
+// replay stops for a specialization whose hits miss every recording more often than this beyond its replays: a
+// miss costs a partial replay-mode run per recording before the direct one.
+constexpr Py_ssize_t kMaxRecordings = 4;
+constexpr uint64_t kGraphMissAllowance = 16;
 
 struct EntryState {
   std::vector<Spec> specs;                                   // by spec index, in insertion order
@@ -143,6 +153,41 @@ PyObject* slots_tuple(const EntryObject* self, PyObject* const* slots) {
   return tuple;
 }
 
+// Tries the specialization's recordings in turn (spec: the caller's copy, whose references it holds).
+trident::graphs::ReplayOutcome replay_graphs(EntryObject* self, uint32_t index, const Spec& spec, PyObject* const* slots,
+                                             PyObject** out) {
+  using trident::graphs::ReplayOutcome;
+  EntryState* state = self->state;
+  const uint64_t clears = state->clears;
+  PyObject* list = Py_NewRef(spec.graphs);
+  ReplayOutcome outcome = ReplayOutcome::kDirect;
+  bool new_variant = false;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+    PyObject* recording = Py_NewRef(PyList_GET_ITEM(list, i));
+    outcome = trident::graphs::replay(recording, spec.run, spec.ctx, slots, out, true);
+    new_variant = new_variant || trident::graphs::diverged_for_launcher(recording);
+    if (outcome == ReplayOutcome::kReplayed && i > 0) {  // most recently replayed first
+      PyObject* first = PyList_GET_ITEM(list, 0);
+      PyList_SET_ITEM(list, 0, recording);
+      PyList_SET_ITEM(list, i, first);
+      Py_INCREF(recording);
+      Py_DECREF(recording);
+    }
+    Py_DECREF(recording);
+    if (outcome != ReplayOutcome::kDirect) break;
+  }
+  Py_DECREF(list);
+  if (state->clears != clears) return outcome;
+  Spec& live = state->specs[index];
+  if (outcome == ReplayOutcome::kReplayed) ++live.graph_replays;
+  if (outcome == ReplayOutcome::kDirect && ++live.graph_misses > live.graph_replays + kGraphMissAllowance) {
+    live.graphs_off = true;
+  }
+  // A kernel variant Triton has yet to compile: the direct run does, and the recordings patch it in later.
+  if (outcome == ReplayOutcome::kDirect && new_variant) return ReplayOutcome::kNotHere;
+  return outcome;
+}
+
 // The call's result, from the graph recorder (which runs the call), or NULL with a Python error set.
 PyObject* record_graph(EntryObject* self, uint32_t index, PyObject* const* slots) {
   PyObject* tuple = slots_tuple(self, slots);
@@ -187,19 +232,28 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
     PyObject* out = nullptr;
     int32_t status = TRIDENT_OK;
     bool ran = false;
-    if (spec.graph != nullptr) {
-      Py_INCREF(spec.graph);
-      const trident::graphs::ReplayOutcome outcome = trident::graphs::replay(spec.graph, spec.run, spec.ctx, slots.data, &out);
-      Py_DECREF(spec.graph);
-      ran = outcome != trident::graphs::ReplayOutcome::kDirect;
-      if (outcome == trident::graphs::ReplayOutcome::kError) {
-        Py_DECREF(spec.context);
-        Py_DECREF(spec.keepalive);
-        return Outcome::kError;
+    const bool wants_recording = self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits;
+    if (spec.graphs != nullptr && !spec.graphs_off) {
+      switch (replay_graphs(self, index, spec, slots.data, &out)) {
+        case trident::graphs::ReplayOutcome::kReplayed: ran = true; break;
+        case trident::graphs::ReplayOutcome::kError:
+          Py_DECREF(spec.context);
+          Py_DECREF(spec.keepalive);
+          return Outcome::kError;
+        case trident::graphs::ReplayOutcome::kNotHere: break;
+        case trident::graphs::ReplayOutcome::kDirect:
+          // No recording fits this call: record another one with it, while there is room.
+          if (wants_recording && state->clears == clears && spec.recordings_tried < kMaxRecordings &&
+              !state->specs[index].graphs_off) {
+            ++state->specs[index].recordings_tried;
+            out = record_graph(self, index, slots.data);
+            if (out == nullptr) status = TRIDENT_ERROR;
+            ran = true;
+          }
       }
-    } else if (self->graph_recorder != nullptr && !spec.graph_tried && spec.hits + 1 >= self->graph_after_hits) {
-      // Python records (and verifies) the graph, running this call; rare, like a miss.
-      state->specs[index].graph_tried = true;
+    } else if (wants_recording && spec.recordings_tried == 0) {
+      // Python records (and proves) the graph, running this call; rare, like a miss.
+      state->specs[index].recordings_tried = 1;
       out = record_graph(self, index, slots.data);
       if (out == nullptr) status = TRIDENT_ERROR;
       ran = true;
@@ -284,7 +338,7 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   const auto index = static_cast<uint32_t>(state->specs.size());
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, false});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, 0, false, 0, 0});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -300,7 +354,7 @@ void release_specs(EntryState* state) {
   for (const Spec& spec : specs) {
     Py_DECREF(spec.context);
     Py_DECREF(spec.keepalive);
-    Py_XDECREF(spec.graph);
+    Py_XDECREF(spec.graphs);
   }
 }
 
@@ -343,27 +397,32 @@ bool spec_index(EntryObject* self, unsigned index) {
   return false;
 }
 
-// set_graph(index, recording or None): replay that recording for the specialization's hits from now on.
-PyObject* entry_set_graph(PyObject* self_obj, PyObject* args) {
+// add_graph(index, recording): replay that recording too, first, for the specialization's hits from now on.
+PyObject* entry_add_graph(PyObject* self_obj, PyObject* args) {
   EntryObject* self = as_entry(self_obj);
   unsigned index = 0;
   PyObject* recording = nullptr;
-  if (!PyArg_ParseTuple(args, "IO:set_graph", &index, &recording) || !spec_index(self, index)) return nullptr;
-  if (recording != Py_None && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
-    PyErr_SetString(PyExc_TypeError, "set_graph: expected a GraphRecording or None");
+  if (!PyArg_ParseTuple(args, "IO!:add_graph", &index, &trident::graphs::RecordingType, &recording) ||
+      !spec_index(self, index)) {
     return nullptr;
   }
-  Py_XSETREF(self->state->specs[index].graph, recording == Py_None ? nullptr : Py_NewRef(recording));
+  Spec& spec = self->state->specs[index];
+  if (spec.graphs == nullptr && (spec.graphs = PyList_New(0)) == nullptr) return nullptr;
+  if (PyList_Insert(spec.graphs, 0, recording) < 0) return nullptr;
   Py_RETURN_NONE;
 }
 
-// graph(index) -> GraphRecording | None
-PyObject* entry_graph(PyObject* self_obj, PyObject* arg) {
+// graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays and graph
+// misses, and whether replay stopped for it.
+PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
   if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
-  PyObject* graph = self->state->specs[index].graph;
-  return Py_NewRef(graph != nullptr ? graph : Py_None);
+  const Spec& spec = self->state->specs[index];
+  PyObject* recordings = spec.graphs != nullptr ? PyList_GetSlice(spec.graphs, 0, PY_SSIZE_T_MAX) : PyList_New(0);
+  if (recordings == nullptr) return nullptr;
+  return Py_BuildValue("{s:N,s:K,s:K,s:O}", "recordings", recordings, "replays", (unsigned long long)spec.graph_replays,
+                       "misses", (unsigned long long)spec.graph_misses, "off", spec.graphs_off ? Py_True : Py_False);
 }
 
 // run_spec(index, slots, mode, recording) -> result: the specialization's run function on these slots (what a
@@ -394,10 +453,11 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
   PyObject* out = nullptr;
   int32_t status = TRIDENT_OK;
   if (mode == 2) {
-    switch (trident::graphs::replay(recording, spec.run, spec.ctx, items, &out)) {
+    switch (trident::graphs::replay(recording, spec.run, spec.ctx, items, &out, false)) {
       case trident::graphs::ReplayOutcome::kReplayed: break;
       case trident::graphs::ReplayOutcome::kError: status = TRIDENT_ERROR; break;
       case trident::graphs::ReplayOutcome::kDirect:
+      case trident::graphs::ReplayOutcome::kNotHere:
         status = TRIDENT_ERROR;
         PyErr_SetString(PyExc_RuntimeError, "the replay ran nothing: it diverged from the recording");
     }
@@ -503,7 +563,7 @@ int entry_traverse(PyObject* self_obj, visitproc visit, void* arg) {
     for (const Spec& spec : self->state->specs) {
       Py_VISIT(spec.context);
       Py_VISIT(spec.keepalive);
-      Py_VISIT(spec.graph);
+      Py_VISIT(spec.graphs);
     }
   }
   Py_VISIT(self->graph_recorder);
@@ -558,8 +618,8 @@ PyMethodDef entry_methods[] = {
     {"clear", entry_clear_specs, METH_NOARGS, "drop every specialization (and the references they hold)"},
     {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
      "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
-    {"set_graph", entry_set_graph, METH_VARARGS, "set_graph(index, recording | None): replay it on hits"},
-    {"graph", entry_graph, METH_O, "graph(index) -> GraphRecording | None"},
+    {"add_graph", entry_add_graph, METH_VARARGS, "add_graph(index, recording): replay it on hits too"},
+    {"graphs", entry_graphs, METH_O, "graphs(index) -> {recordings, replays, misses, off}"},
     {"run_spec", entry_run_spec, METH_VARARGS,
      "run_spec(index, slots, mode, recording) -> result: 0 direct, 1 record, 2 replay (for the recorder)"},
     {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},

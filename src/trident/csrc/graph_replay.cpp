@@ -1,15 +1,17 @@
 /*
  * graph_replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
  *
- * Recording. runtime/cuda_graphs.py starts stream capture (torch.cuda.CUDAGraph, so allocations go to the
- * graph's private memory pool) and runs the host program once through record(). Each runtime function that
+ * Recording. runtime/cuda_graphs.py routes the thread's allocations to a private memory pool of torch's caching
+ * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime function that
  * does device work becomes a step, in program order:
  *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;
  *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture;
  *    its results are kept (their memory belongs to the graph from then on) with a signature of its inputs:
- *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small contiguous input from
- *    outside the graph that is not a whole constant (a token tensor, a row of a position table) is staged: a
- *    memcpy node copies it into graph memory, and the operator reads the copy, so the input may move.
+ *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small contiguous argument
+ *    from outside the graph that is not a whole constant (a token tensor, a row of a position table, the row
+ *    of a cache written at a position) is staged: a memcpy node copies it into graph memory, the operator works
+ *    on the copy, and a second memcpy node copies it back when the operator writes it; both follow the
+ *    argument when it moves. An in-place operator's result that is such an argument is the argument itself.
  * Views make no device work and run as usual in both modes.
  *
  * Replay. replay() runs the host program again with `active` set: every Triton step computes its launch as
@@ -20,8 +22,8 @@
  * has been launched, and the entry runs the call directly. Only then is the graph launched on torch's
  * current stream, and results that live in graph memory are copied into fresh tensors for the caller.
  *
- * What a graph holds for good (node parameters, addresses of its results and staging buffers) is owned by the
- * Recording; the torch.cuda.CUDAGraph (exec, graph, memory pool) by its Python keepalive.
+ * The Recording owns what a graph holds for good: the graph and its instantiation, node parameters, its results
+ * and staging buffers (their memory is the pool's, which its Python keepalive releases after them).
  */
 #include "graph_replay.h"
 
@@ -88,18 +90,28 @@ struct Driver {
   CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*current_context)(CUcontext*) = nullptr;
   CUresult (*stream_is_capturing)(CUstream, int*) = nullptr;
+  CUresult (*begin_capture)(CUstream, int) = nullptr;
+  CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*destroy_exec)(CUgraphExec) = nullptr;
+  CUresult (*destroy_graph)(CUgraph) = nullptr;
 };
+constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 Driver driver;
 
 // --- Steps ------------------------------------------------------------------------------------------------
 
 enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
 
+// An argument of an opaque step that lives outside the graph and may move: the step works on a buffer of the
+// graph's, filled by a memcpy node before it (`in`) and, for an argument written in place, copied back by one
+// after it (`out`). Both follow the argument's address by a patch.
 struct StagedInput {
   int64_t argument;
-  CUgraphNode node;
-  uint64_t source;  // the address the node copies from now
-  uint64_t destination;
+  CUgraphNode in;
+  CUgraphNode out;  // null: the argument is only read
+  uint64_t address;  // the argument's address the nodes use now
+  uint64_t buffer;
   size_t bytes;
 };
 
@@ -109,6 +121,7 @@ struct Step {
   std::string name;
   std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
   std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
+  std::vector<int64_t> result_arguments;  // per result: the staged argument it is (in-place ops), or -1
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
   // kernel: the node and the parameters it has now
@@ -138,11 +151,15 @@ struct Recording {
   // handles to its elements while the host program runs
   std::deque<std::pair<at::Tensor, at::Tensor>>* copies;
   std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
+  CUgraph graph;         // owned, with its instantiation
   CUgraphExec exec;
+  CUstream capture_stream;
+  bool capturing;
   CUstream last_stream;  // of the last replay (the legacy default stream is NULL: hence the flag)
   bool replayed_before;
-  PyObject* keepalive;  // the torch.cuda.CUDAGraph
+  PyObject* keepalive;    // whatever the graph's memory depends on (runtime/cuda_graphs.py: its memory pool)
   int64_t replays, divergences, patched_nodes;
+  bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
 };
 
 namespace {
@@ -279,17 +296,17 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   std::vector<at::Tensor> buffers;
   buffers.reserve(nargs);
   for (int64_t i = 0; i < nargs && i < 64; ++i) {
-    if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0 || (written >> i & 1)) continue;
+    if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0) continue;
     const at::Tensor& t = tensor_at(args[2 * i + 1]);
     if (!stageable(rec, t)) continue;
     at::Tensor copy = at::empty_like(t, at::MemoryFormat::Contiguous);
-    const uint64_t src = reinterpret_cast<uintptr_t>(t.const_data_ptr());
-    const uint64_t dst = reinterpret_cast<uintptr_t>(copy.data_ptr());
-    CUgraphNode node = nullptr;
-    if (driver.memcpy_async(dst, src, t.nbytes(), stream) != 0 || !last_node(stream, &node)) {
+    const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    const uint64_t buffer = reinterpret_cast<uintptr_t>(copy.data_ptr());
+    CUgraphNode in = nullptr;
+    if (driver.memcpy_async(buffer, address, t.nbytes(), stream) != 0 || !last_node(stream, &in)) {
       return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
     }
-    step.staged.push_back({i, node, src, dst, static_cast<size_t>(t.nbytes())});
+    step.staged.push_back({i, in, nullptr, address, buffer, static_cast<size_t>(t.nbytes())});
     step.staged_arguments |= uint64_t{1} << i;
     buffers.push_back(copy);
     patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
@@ -313,19 +330,62 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   const int32_t status = run(closure, patched.data(), nargs, rets, nrets);
   active = rec;
   if (status != TRIDENT_OK) return status;
+  // Written staged arguments go back where they live, after the operator.
+  for (StagedInput& staged : step.staged) {
+    if (!(written >> staged.argument & 1)) continue;
+    if (driver.memcpy_async(staged.address, staged.buffer, staged.bytes, stream) != 0 || !last_node(stream, &staged.out)) {
+      return refuse(rec, std::string("copying a staged argument of ") + name + " back failed");
+    }
+  }
   for (int64_t k = 0; k < nrets; ++k) {
+    step.result_arguments.push_back(-1);
     if (rets[k] == nullptr) {
       step.results.emplace_back();
       continue;
     }
     const at::Tensor& r = tensor_at(reinterpret_cast<int64_t>(rets[k]));
     if (!r.is_cuda()) return refuse(rec, std::string(name) + " made a CPU tensor");
+    // An in-place operator returns its (staged) argument: the caller gets the argument itself, as directly.
+    for (const StagedInput& staged : step.staged) {
+      const at::Tensor& buffer = tensor_at(patched[2 * staged.argument + 1]);
+      if (staged.out == nullptr || !r.is_same(buffer)) continue;
+      step.result_arguments.back() = staged.argument;
+      trident_tensor_delete(rets[k]);
+      rets[k] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(tensor_at(args[2 * staged.argument + 1])));
+    }
+    if (step.result_arguments.back() >= 0) {
+      step.results.emplace_back();
+      continue;
+    }
+    for (const StagedInput& staged : step.staged) {
+      // A result sharing a read-only staged copy (an operator that returned its input) would take later writes
+      // that directly land in the argument itself.
+      if (staged.out == nullptr && storage_of(r) == storage_of(tensor_at(patched[2 * staged.argument + 1]))) {
+        return refuse(rec, std::string(name) + " returned memory of an argument it only reads");
+      }
+    }
     step.results.push_back(r);
     if (rec->external->count(storage_of(r)) == 0) rec->internal->insert(storage_of(r));
   }
   step.results.insert(step.results.end(), buffers.begin(), buffers.end());  // staging buffers live with the step
   rec->steps->push_back(std::move(step));
   return TRIDENT_OK;
+}
+
+// Points a memcpy node of the instantiated graph at new addresses.
+bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes) {
+  Memcpy3D p{};
+  p.src_memory_type = kMemoryTypeDevice;
+  p.src_device = source;
+  p.dst_memory_type = kMemoryTypeDevice;
+  p.dst_device = destination;
+  p.width_bytes = bytes;
+  p.height = 1;
+  p.depth = 1;
+  CUcontext context = nullptr;
+  if (driver.current_context(&context) != 0 || driver.set_memcpy_params(rec->exec, node, &p, context) != 0) return false;
+  ++rec->patched_nodes;
+  return true;
 }
 
 int32_t replay_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
@@ -339,27 +399,19 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   if (!signature(args, nargs, step.staged_arguments, &scratch) || scratch != step.signature) {
     return diverge(rec, "the inputs of " + step.name + " differ from the recorded ones");
   }
-  for (StagedInput& s : step.staged) {
-    const uint64_t src = reinterpret_cast<uintptr_t>(tensor_at(args[2 * s.argument + 1]).const_data_ptr());
-    if (src == s.source) continue;
-    Memcpy3D p{};
-    p.src_memory_type = kMemoryTypeDevice;
-    p.src_device = src;
-    p.dst_memory_type = kMemoryTypeDevice;
-    p.dst_device = s.destination;
-    p.width_bytes = s.bytes;
-    p.height = 1;
-    p.depth = 1;
-    CUcontext context = nullptr;
-    if (driver.current_context(&context) != 0 || driver.set_memcpy_params(rec->exec, s.node, &p, context) != 0) {
-      return diverge(rec, "the staged input of " + step.name + " could not be patched");
+  for (StagedInput& staged : step.staged) {
+    const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());
+    if (address == staged.address) continue;
+    if (!patch_copy(rec, staged.in, address, staged.buffer, staged.bytes) ||
+        (staged.out != nullptr && !patch_copy(rec, staged.out, staged.buffer, address, staged.bytes))) {
+      return diverge(rec, "a staged argument of " + step.name + " could not be patched");
     }
-    s.source = src;
-    ++rec->patched_nodes;
+    staged.address = address;
   }
   ++rec->cursor;
   for (int64_t k = 0; k < nrets; ++k) {
-    const at::Tensor& r = step.results[k];
+    const int64_t argument = step.result_arguments[k];
+    const at::Tensor& r = argument >= 0 ? tensor_at(args[2 * argument + 1]) : step.results[k];
     rets[k] = r.defined() ? reinterpret_cast<AtenTensorHandle>(new at::Tensor(r)) : nullptr;
   }
   return TRIDENT_OK;
@@ -384,8 +436,11 @@ bool same_parameters(const Step& step, const PreparedLaunch& p) {
 void recording_dealloc(PyObject* self) {
   Recording* rec = as_recording(self);
   PyObject_GC_UnTrack(self);
+  if (rec->exec != nullptr) driver.destroy_exec(rec->exec);
+  if (rec->graph != nullptr) driver.destroy_graph(rec->graph);
+  delete rec->steps;  // the results first: their memory returns to the graph's pool, which the keepalive frees
+  rec->steps = nullptr;
   Py_CLEAR(rec->keepalive);
-  delete rec->steps;
   delete rec->internal;
   delete rec->external;
   delete rec->constants;
@@ -402,7 +457,9 @@ int recording_traverse(PyObject* self, visitproc visit, void* arg) {
 }
 
 int recording_clear(PyObject* self) {
-  Py_CLEAR(as_recording(self)->keepalive);
+  Recording* rec = as_recording(self);
+  if (rec->steps != nullptr) rec->steps->clear();  // graph memory before the pool that holds it
+  Py_CLEAR(rec->keepalive);
   return 0;
 }
 
@@ -433,19 +490,51 @@ PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
   return reinterpret_cast<PyObject*>(rec);
 }
 
-// set_graph(exec_address, keepalive): the instantiated graph the steps' nodes belong to; replays from now on.
-PyObject* recording_set_graph(PyObject* self, PyObject* args) {
+// begin_capture(keepalive): starts capturing torch's current stream on the recording's device (thread-local
+// mode: only this thread's unsafe calls invalidate it). The caller routes this thread's allocations to a private
+// memory pool, which `keepalive` releases when the recording goes.
+PyObject* recording_begin_capture(PyObject* self, PyObject* keepalive) {
   Recording* rec = as_recording(self);
-  PyObject *exec_arg, *keepalive;
-  if (!PyArg_ParseTuple(args, "OO:set_graph", &exec_arg, &keepalive)) return nullptr;
-  void* exec = PyLong_AsVoidPtr(exec_arg);
-  if (exec == nullptr) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_graph: the graph exec is NULL");
+  if (rec->capturing || rec->exec != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "begin_capture: this recording already captured");
     return nullptr;
   }
-  rec->exec = exec;
+  CUstream stream = nullptr;
+  bool capturing = true;
+  if (!trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing) {
+    PyErr_SetString(PyExc_RuntimeError, "begin_capture: torch's current stream is unknown or already capturing");
+    return nullptr;
+  }
+  const CUresult status = driver.begin_capture(stream, kCaptureModeThreadLocal);
+  if (status != 0) return PyErr_Format(PyExc_RuntimeError, "cuStreamBeginCapture failed (CUresult %d)", status);
+  rec->capture_stream = stream;
+  rec->capturing = true;
   Py_INCREF(keepalive);
   Py_XSETREF(rec->keepalive, keepalive);
+  Py_RETURN_NONE;
+}
+
+// end_capture() -> None: ends the capture and instantiates the graph; replays from now on. Raises RuntimeError
+// when the capture was invalidated (an operation the stream could not capture) or cannot be instantiated.
+PyObject* recording_end_capture(PyObject* self, PyObject*) {
+  Recording* rec = as_recording(self);
+  if (!rec->capturing) {
+    PyErr_SetString(PyExc_RuntimeError, "end_capture: not capturing");
+    return nullptr;
+  }
+  rec->capturing = false;
+  CUgraph graph = nullptr;
+  CUresult status = driver.end_capture(rec->capture_stream, &graph);
+  if (status != 0 || graph == nullptr) {
+    if (graph != nullptr) driver.destroy_graph(graph);
+    return PyErr_Format(PyExc_RuntimeError, "the stream capture was invalidated (CUresult %d)", status);
+  }
+  rec->graph = graph;
+  status = driver.instantiate(&rec->exec, graph, 0);
+  if (status != 0) {
+    rec->exec = nullptr;
+    return PyErr_Format(PyExc_RuntimeError, "cuGraphInstantiate failed (CUresult %d)", status);
+  }
   rec->mode = Mode::kReplay;
   rec->returned->clear();
   Py_RETURN_NONE;
@@ -496,7 +585,8 @@ PyObject* recording_counts(PyObject* self, void*) {
 }
 
 PyMethodDef recording_methods[] = {
-    {"set_graph", recording_set_graph, METH_VARARGS, "set_graph(exec_address, keepalive): replay from now on"},
+    {"begin_capture", recording_begin_capture, METH_O, "begin_capture(keepalive): capture torch's current stream"},
+    {"end_capture", recording_end_capture, METH_NOARGS, "end_capture(): end the capture, instantiate, replay from now on"},
     {"written", recording_written, METH_NOARGS, "outside tensors the recorded steps may write"},
     {"forget_written", recording_forget_written, METH_NOARGS, "drop the references written() returns"},
     {nullptr, nullptr, 0, nullptr},
@@ -536,7 +626,12 @@ bool resolve_driver(void* libcuda) {
                      trident::resolve(libcuda, "cuMemcpyDtoDAsync_v2", &d.memcpy_async) &&
                      trident::resolve(libcuda, "cuGraphLaunch", &d.graph_launch) &&
                      trident::resolve(libcuda, "cuCtxGetCurrent", &d.current_context) &&
-                     trident::resolve(libcuda, "cuStreamIsCapturing", &d.stream_is_capturing);
+                     trident::resolve(libcuda, "cuStreamIsCapturing", &d.stream_is_capturing) &&
+                     trident::resolve(libcuda, "cuStreamBeginCapture_v2", &d.begin_capture) &&
+                     trident::resolve(libcuda, "cuStreamEndCapture", &d.end_capture) &&
+                     trident::resolve(libcuda, "cuGraphInstantiateWithFlags", &d.instantiate) &&
+                     trident::resolve(libcuda, "cuGraphExecDestroy", &d.destroy_exec) &&
+                     trident::resolve(libcuda, "cuGraphDestroy", &d.destroy_graph);
   if (found) driver = d;
   return found;
 }
@@ -557,7 +652,9 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
   Recording* rec = active;
   if (p == nullptr) {
     const std::string why = std::string("Triton kernel '") + name + "' needs Triton's launcher for this launch";
-    return rec->mode == Mode::kRecord ? refuse(rec, why) : diverge(rec, why);
+    if (rec->mode == Mode::kRecord) return refuse(rec, why);
+    rec->diverged_for_launcher = true;
+    return diverge(rec, why);
   }
   const bool empty = p->grid[0] == 0 || p->grid[1] == 0 || p->grid[2] == 0;
   if (rec->mode == Mode::kRecord) {
@@ -630,6 +727,8 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement) {
   }
 }
 
+bool diverged_for_launcher(PyObject* recording) { return as_recording(recording)->diverged_for_launcher; }
+
 int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
                PyObject** result) {
   Recording* rec = as_recording(recording);
@@ -643,17 +742,18 @@ int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx,
 }
 
 ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
-                     PyObject** result) {
+                     PyObject** result, bool count_launches) {
   Recording* rec = as_recording(recording);
   CUstream stream = nullptr;
   bool capturing = true;
   // The caller's own capture (the call is part of a graph they record) or another stream: run directly.
   if (active != nullptr || !trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing ||
       (rec->replayed_before && stream != rec->last_stream)) {
-    return ReplayOutcome::kDirect;
+    return ReplayOutcome::kNotHere;
   }
   rec->cursor = 0;
   rec->copies->clear();
+  rec->diverged_for_launcher = false;
   active = rec;
   PyObject* out = nullptr;
   const int32_t status = run(ctx, slots, &out);
@@ -683,6 +783,11 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     return ReplayOutcome::kError;
   }
   rec->copies->clear();
+  if (count_launches) {
+    for (const Step& step : *rec->steps) {
+      if (step.kind == StepKind::kKernel) trident::count_native_launch(step.identity);
+    }
+  }
   rec->last_stream = stream;
   rec->replayed_before = true;
   ++rec->replays;

@@ -66,11 +66,16 @@ bool resolve_driver(void* libcuda);
 // The Python types and the entry's replay: module.cpp / entry.cpp.
 extern PyTypeObject RecordingType;
 bool ready_recording_type();
-enum class ReplayOutcome { kReplayed, kDirect, kError };
+enum class ReplayOutcome { kReplayed, kDirect, kNotHere, kError };
 // Replays `recording` for one call whose run function is `run`: host program in replay mode, then the graph
-// launch and the result copies. kDirect: nothing ran; the caller runs the call directly.
+// launch and the result copies. kDirect: the call is not the recorded one (nothing ran; run it directly);
+// kNotHere: no graph may run here (another stream, the caller's own capture): run it directly.
+// count_launches: each Triton node counts as a native launch of its site (a hit's replay; not the proof's).
 ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
-                     PyObject** result);
+                     PyObject** result, bool count_launches);
+// Whether the recording's last replay diverged on a launch that needs Triton's launcher (a variant Triton has not
+// compiled yet: the direct run compiles it, and the graph's node takes it by a patch from then on).
+bool diverged_for_launcher(PyObject* recording);
 // Runs `run` once in recording mode (the caller set up stream capture).
 int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
                PyObject** result);

@@ -59,6 +59,8 @@ PyObject* kernel_launch_error_type();
 /* triton_launch.cpp: torch's current CUDA stream on a device and whether it is capturing a CUDA graph; false
  * before init_cuda succeeded or when the driver cannot tell. */
 bool current_cuda_stream(int32_t device_index, void** stream, bool* capturing);
+/* triton_launch.cpp: counts one native launch of a TritonLaunch (a graph replay ran its kernel node). */
+void count_native_launch(const void* launch);
 /* triton_launch.cpp: whether init_cuda found every driver entry point CUDA graph replay uses. */
 bool cuda_graphs_available();
 /* triton_launch.cpp: the calling thread's current CUDA context; false before init_cuda succeeded. */

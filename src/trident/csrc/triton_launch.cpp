@@ -501,6 +501,10 @@ bool trident::current_cuda_stream(int32_t device_index, void** stream, bool* cap
 
 bool trident::cuda_graphs_available() { return graph_driver_ready; }
 
+void trident::count_native_launch(const void* launch) {
+  ++as_launch(const_cast<PyObject*>(static_cast<const PyObject*>(launch)))->native_launches;
+}
+
 bool trident::current_cuda_context(void** context) {
   return cuda.current_context != nullptr && cuda.current_context(context) == 0;
 }

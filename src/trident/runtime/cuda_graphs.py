@@ -1,7 +1,7 @@
 """CUDA graph replay of a specialization's host program (TRIDENT_CUDA_GRAPHS=1): when, and the proof.
 
 A specialization whose calls are stable (its RECORD_AT_HIT-th native hit: buffer pools and matmul plans
-settled) is recorded once as a CUDA graph; from then on a hit runs its host program natively in replay mode —
+settled) is recorded as a CUDA graph; from then on a hit runs its host program natively in replay mode —
 guards, sizes, grids and pointers computed as before, Triton kernel nodes patched where their parameters
 changed, opaque operators checked against the recording — and launches the graph once (csrc/graph_replay.cpp
 has the mechanism). A replay that diverges runs the call directly; nothing is ever launched from a graph the
@@ -10,8 +10,11 @@ call does not match.
 The recording call proves the graph before it is kept, bit for bit: the tensors from outside the graph that its
 steps may write are snapshotted, the call runs directly, the written state is snapshotted again and restored,
 the call is replayed from the new graph, and its results and written state must equal the direct run's. A
-difference keeps the direct run's state and results and no graph for that specialization. Kept for `explain`:
-per specialization, its recording (steps, replays, divergences, patched nodes) or why it has none.
+difference keeps the direct run's state and results and no graph for that specialization. A hit that matches
+no recording (sizes of a symbolic specialization that differ, an input too large to stage that moved) runs
+directly and records another graph, up to four per specialization; one whose hits keep missing stops trying
+(csrc/entry.cpp). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why
+there is none.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
 
 RECORD_AT_HIT = 3  # hits 1-2 settle pooled buffers and matmul plans; the third call records
 DIRECT, RECORD, REPLAY = 0, 1, 2  # Entry.run_spec modes
-MAX_VERIFIED_BYTES = 1 << 30  # written state snapshotted twice by the proof; beyond it, no graph
+VERIFIED_SHARE = 4  # the proof snapshots written state twice: at most 1/4 of the device's free memory each time
 
 # Why a specialization has no graph, per JitFunction: spec index -> reason.
 _refusals: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
@@ -44,8 +47,8 @@ def graphs_unavailable() -> str | None:
         return reason
     if not load_runtime().cuda_graphs_available():
         return "the CUDA driver lacks an entry point graph replay uses"
-    if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
-        return f"torch {torch.__version__} cannot hand out a CUDA graph's exec (torch.cuda.CUDAGraph.raw_cuda_graph_exec)"
+    if not hasattr(torch.cuda, "MemPool") or not hasattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool"):
+        return f"torch {torch.__version__} cannot route a thread's allocations to a private memory pool"
     return None
 
 
@@ -71,9 +74,11 @@ def _bitwise_equal(a: object, b: object) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if (a.dtype, a.shape, a.device) != (b.dtype, b.shape, b.device):
             return False
-        return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+        return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(_bitwise_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return type(a) is type(b) and a.keys() == b.keys() and all(_bitwise_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
 
 
@@ -96,70 +101,102 @@ def record(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...]) -
     assert device is not None
     constants = [c for c in fn.specializations[index].compiled.constants if isinstance(c, torch.Tensor)]
     recording = load_runtime().GraphRecording(device.index or 0, constants)
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    failure = _capture(entry, index, slots, recording, device)
+    if failure is not None:
+        _refuse(fn, index, failure)
+        return entry.run_spec(index, slots, DIRECT, None)
+    written = recording.written()
+    recording.forget_written()
+    # Without an analysis of what each Triton kernel stores to, every outside tensor a kernel gets counts as
+    # written (weights a Triton matmul reads included).
+    free, _ = torch.cuda.mem_get_info(device)
+    written_bytes = sum(t.nbytes for t in written)
+    if written_bytes > free // VERIFIED_SHARE:
+        _refuse(fn, index, f"proving the graph would snapshot {written_bytes >> 20} MB of outside state it may "
+                           f"write, more than a quarter of the {free >> 20} MB free on the device")  # fmt: skip
+        return entry.run_spec(index, slots, DIRECT, None)
+    return _prove(fn, entry, index, slots, recording, written)
+
+
+def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, device: torch.device) -> str | None:
+    """Runs the call once in recording mode under stream capture; None when the graph is ready to prove, else why
+    not. The capture is the runtime's own (cuStreamBeginCapture on a side stream, thread-local mode), not
+    torch.cuda.CUDAGraph's: a capture that fails there leaves torch's CUDA RNG state marked as capturing, and
+    every later random op of the process raises. Allocations on this thread go to a private memory pool of
+    torch's caching allocator, which lives as long as the recording (its keepalive)."""
+    pool = torch.cuda.MemPool()
     caller = torch.cuda.current_stream(device)
     stream = torch.cuda.Stream(device)
     stream.wait_stream(caller)
+    torch._C._cuda_beginAllocateCurrentThreadToPool(device.index or 0, pool.id)
     try:
         with torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode="thread_local")
+            recording.begin_capture(pool)
             try:
                 entry.run_spec(index, slots, RECORD, recording)
+            except Exception as e:  # noqa: BLE001 -- not capturable: say why, run directly
+                failure = recording.failure or f"{type(e).__name__}: {e}"
+            else:
+                failure = None
             finally:
-                graph.capture_end()
-        graph.instantiate()
-    except Exception as e:  # noqa: BLE001 -- any failure to capture means: no graph, run directly
+                try:
+                    recording.end_capture()
+                except RuntimeError as e:
+                    failure = failure or str(e)
+    finally:
+        torch._C._cuda_endAllocateToPool(device.index or 0, pool.id)
         caller.wait_stream(stream)
-        _refuse(fn, index, recording.failure or f"capture failed: {type(e).__name__}: {e}")
-        return entry.run_spec(index, slots, DIRECT, None)
-    caller.wait_stream(stream)
-    recording.set_graph(graph.raw_cuda_graph_exec(), graph)
-    written = recording.written()
-    recording.forget_written()
-    if sum(t.nbytes for t in written) > MAX_VERIFIED_BYTES:
-        _refuse(fn, index, f"the graph may write more than {MAX_VERIFIED_BYTES >> 20} MB of outside state, too much "
-                           "to prove it against the direct run")  # fmt: skip
-        return entry.run_spec(index, slots, DIRECT, None)
-    return _prove(fn, entry, index, slots, recording, written)
+    return None if failure is None else f"capture failed: {failure}"
 
 
 def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], recording: Any,
            written: list[torch.Tensor]) -> object:  # fmt: skip
     """Direct run, then the first replay from the same state; keep the graph only if both agree bit for bit."""
     before = [t.clone() for t in written]
-    direct = entry.run_spec(index, slots, DIRECT, None)
+    direct = entry.run_spec(index, slots, DIRECT, None)  # the call itself: its exceptions are the caller's
     after = [t.clone() for t in written]
     for t, saved in zip(written, before):
         t.copy_(saved)
     try:
         replayed = entry.run_spec(index, slots, REPLAY, recording)
-    except RuntimeError as e:
+    except Exception as e:  # noqa: BLE001 -- any failure of the proof: no graph, the direct run stands
         replayed, failure = None, f"its first replay diverged: {recording.failure or e}"
     else:
-        same = _bitwise_equal(direct, replayed) and all(_bitwise_equal(t, a) for t, a in zip(written, after))
-        failure = None if same else "its first replay differed from the direct run"
+        try:
+            same = _bitwise_equal(direct, replayed) and all(_bitwise_equal(t, a) for t, a in zip(written, after))
+        except Exception as e:  # noqa: BLE001
+            same = False
+            recording_failure = f"comparing it with the direct run failed: {type(e).__name__}: {e}"
+        else:
+            recording_failure = "its first replay differed from the direct run"
+        failure = None if same else recording_failure
     if failure is not None:
         for t, saved in zip(written, after):
             t.copy_(saved)
         _refuse(fn, index, failure)
         return direct
-    entry.set_graph(index, recording)
-    _refusals.get(fn, {}).pop(index, None)
+    entry.add_graph(index, recording)
     return replayed
 
 
-def describe(fn: JitFunction, index: int) -> str | None:
-    """One line for explain: the specialization's graph, or why it has none (None: graphs are off or it was
-    not tried yet)."""
+def describe(fn: JitFunction, index: int) -> list[str]:
+    """explain's lines on the specialization's graphs: each recording, or why there is none (nothing when graphs
+    are off or were not tried yet)."""
     entry = fn._entry
-    recording = entry.graph(index) if entry is not None else None
-    if recording is not None:
+    graphs = entry.graphs(index) if entry is not None else {"recordings": [], "off": False}
+    lines = []
+    for recording in graphs["recordings"]:
         c = recording.counts
         text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
-                f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged input(s)); "
+                f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s)); "
                 f"{c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
         if c["divergences"] and recording.failure:
             text += f"; last divergence: {recording.failure}"
-        return text
+        lines.append(text)
+    if graphs["off"]:
+        lines.append(f"CUDA graphs stopped: {graphs['misses']} call(s) matched no recording against "
+                     f"{graphs['replays']} replay(s); the specialization runs directly")  # fmt: skip
     reason = _refusals.get(fn, {}).get(index)
-    return None if reason is None else f"CUDA graph: none ({reason})"
+    if reason is not None:
+        lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason})")
+    return lines
