@@ -13,7 +13,7 @@ four ways, after a warm-up that compiles it:
              called directly) are invisible to it and fall in the remainder
 A step is device-bound when host < device; wall then approaches device.
 
-    python -m benchmarks.llm.host_profile [--model llama] [--batch 1] [--pos-kind int,tensor] [--out x.json]
+    python -m benchmarks.llm.host_profile [--model llama] [--batch 1] [--pos-kind int,tensor] [--graphs] [--out x.json]
     python -m benchmarks.llm.host_profile --device cpu --tiny --steps 2     # CPU smoke run (no device part)
 """
 from __future__ import annotations
@@ -125,6 +125,7 @@ def profile_kind(model, args: argparse.Namespace, kind: str) -> dict[str, Any]:
     tokens = torch.zeros(args.batch, dtype=torch.long, device=args.device)
     positions = Positions(kind, args.device, model.max_seq)
     step = trident.jit(model.decode_step_tensor_pos if kind == "tensor" else model.decode_step)
+    step._trident.use_cuda_graphs(args.graphs)  # type: ignore[attr-defined]
     for pos in positions.take(WARMUP):
         step(tokens, pos, caches)
     cuda = args.device == "cuda"
@@ -171,13 +172,15 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny fp32 model (a CPU smoke run)")
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--graphs", action="store_true", help="CUDA graph replay on (TRIDENT_CUDA_GRAPHS=1)")
     args = parser.parse_args()
     dtype = torch.float32 if args.tiny else torch.bfloat16
     kinds = [k for k in args.pos_kind.split(",") if k]
     needed = WARMUP + 3 * args.steps + HOST_REPEATS * sum(HOST_STEPS)
     model = build_model(args.model, args.device, dtype, tiny=args.tiny, max_seq=-(-needed // 64) * 64)
     info = machine_info(torch.device(args.device))
-    print(f"{args.model} batch {args.batch} on {args.device}: {json.dumps(info)}")
+    print(f"{args.model} batch {args.batch} on {args.device}{' with CUDA graph replay' if args.graphs else ''}: "
+          f"{json.dumps(info)}")
     results = []
     with torch.no_grad():
         for kind in kinds:
@@ -185,7 +188,7 @@ def main() -> None:
             report(results[-1])
     if args.out:
         args.out.write_text(json.dumps({"machine": info, "model": args.model, "batch": args.batch,
-                                        "results": results}, indent=1))
+                                        "cuda_graphs": args.graphs, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def render_tables(cells: list[dict[str, Any]]) -> str:
         eager, compiled = (systems.get(s, {}).get("ms_per_token") for s in ("eager", "compile"))
         lines += ["", f"{model}{' (tiny)' if tiny else ''}, {device}, batch {batch}, position as {pos_kind}, ops "
                       f"{ops}; device time (CUDA-graph replay) {fmt(floor, '.3f')} ms/token",
-                  f"{'system':<11} {'ms/token':>9} {'vs eager':>9} {'vs compile':>10} {'/ device':>9} "
+                  f"{'system':<14} {'ms/token':>9} {'vs eager':>9} {'vs compile':>10} {'/ device':>9} "
                   f"{'1st call s':>10} {'warm-up s':>9} {'check':>6}  notes"]
         for name in SYSTEMS:
             c = systems.get(name)
@@ -106,7 +106,7 @@ def render_tables(cells: list[dict[str, Any]]) -> str:
             ms, check = c.get("ms_per_token"), c.get("check") or c.get("reference_check")
             why = (c.get("error") or c.get("reason") or "").strip().splitlines()
             notes = c.get("notes", "") if c["status"] == "ok" else f"{c['status']}: {why[0][:100] if why else ''}"
-            lines.append(f"{name:<11} {fmt(ms, '.3f'):>9} {fmt(ratio(eager, ms), '.2f', 'x'):>9} "
+            lines.append(f"{name:<14} {fmt(ms, '.3f'):>9} {fmt(ratio(eager, ms), '.2f', 'x'):>9} "
                          f"{fmt(ratio(compiled, ms), '.2f', 'x'):>10} {fmt(ratio(ms, floor), '.2f', 'x'):>9} "
                          f"{fmt(c.get('first_call_s'), '.2f'):>10} {fmt(c.get('warmup_s'), '.2f'):>9} "
                          f"{'-' if not check else 'ok' if check['ok'] else 'FAIL':>6}  {notes}")
@@ -117,7 +117,8 @@ def render_markdown(cells: list[dict[str, Any]]) -> str:
     """One summary row per (model, batch, position kind, op set), for the README: ms/token of each system
     (checks that failed marked), device time, and Trident's ratios."""
     head = ("| model | batch | position | ops | eager | compile | compile ro | CUDA graph (device) | trident "
-            "| trident / device | trident vs eager | trident vs compile | first call s: compile / trident |")
+            "| trident graphs | trident / device | graphs / device | trident vs eager | trident vs compile "
+            "| first call s: compile / trident |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (model, tiny, device, batch, pos_kind, ops), systems in sorted(group_cells(cells).items(), key=str):
         if "trident" not in systems and "eager" not in systems:
@@ -137,7 +138,8 @@ def render_markdown(cells: list[dict[str, Any]]) -> str:
 
         lines.append(f"| {model}{' (tiny)' if tiny else ''} | {batch} | {pos_kind} | {ops} | {cell('eager')} | "
                      f"{cell('compile')} | {cell('compile_ro')} | {fmt(floor, '.3f')} | {cell('trident')} | "
-                     f"{fmt(ratio(ms('trident'), floor), '.2f', 'x')} | "
+                     f"{cell('trident_graphs')} | {fmt(ratio(ms('trident'), floor), '.2f', 'x')} | "
+                     f"{fmt(ratio(ms('trident_graphs'), floor), '.2f', 'x')} | "
                      f"{fmt(ratio(ms('eager'), ms('trident')), '.2f', 'x')} | "
                      f"{fmt(ratio(ms('compile'), ms('trident')), '.2f', 'x')} | "
                      f"{fmt(first_s('compile'), '.1f')} / {fmt(first_s('trident'), '.1f')} |")

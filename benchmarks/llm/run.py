@@ -388,10 +388,9 @@ def run_trident(work: Workload, graphs: bool = False) -> tuple[dict[str, Any], C
     if opaque:
         result["notes"] += f", OPAQUE: {', '.join(opaque)}"
     if graphs:
-        recordings = [step._trident.entry.graph(s.index) for s in state.specializations]  # type: ignore[attr-defined]
-        result["graphs"] = [r.counts if r is not None else None for r in recordings]
-        replays = sum(r.counts["replays"] for r in recordings if r is not None)
-        result["notes"] += f", {replays} graph replay(s)"
+        graphs = [state.entry.graphs(s.index) for s in state.specializations]
+        result["graphs"] = [{**g, "recordings": [r.counts for r in g["recordings"]]} for g in graphs]
+        result["notes"] += f", {sum(g['replays'] for g in graphs)} graph replay(s)"
     return result, checks
 
 

@@ -79,6 +79,14 @@ def test_readme_results_table_is_the_raw_result_it_names() -> None:
             assert float(values[column].strip("*")) == round(ms, 2), (model, position, column, ms)
         ratio = cells[(model, position, "trident")] / cells[(model, "tensor", "cuda_graph")]
         assert float(values["trident / device"].rstrip("×")) == round(ratio, 2), (model, position, ratio)
+        # The graph replay column: trident_graphs (and, bracketed, trident) over the device time of its own run.
+        graphs = json.loads((ROOT / f"benchmarks/results/llm_cuda_graphs_{position}.h200.json").read_text())
+        run = {c["system"]: c for c in graphs["cells"]
+               if (c["model"], c["batch"], c.get("ops", "kernels")) == (model, 1, "kernels")}  # fmt: skip
+        device = run["cuda_graph"]["device_ms_per_token"]  # the floor the benchmark prints ("device time")
+        replayed, direct = re.fullmatch(r"\*\*([\d.]+)×\*\* \(([\d.]+)×\)", values["**trident (graph replay) / device**"]).groups()
+        assert float(replayed) == round(run["trident_graphs"]["ms_per_token"] / device, 2), (model, position)
+        assert float(direct) == round(run["trident"]["ms_per_token"] / device, 2), (model, position)
 
 
 _PATH_ROOTS = ("src", "tests", "docs", "benchmarks", "examples", "llm", "capture", "lowering", "cache", "csrc", "runtime")
