@@ -85,6 +85,7 @@ def _names(value: object) -> frozenset[str]:
 OPTIONS: dict[str, Callable[[object], object]] = {
     "disable": _bool, "dump_ir": _path, "log": _names, "max_specializations": _int, "buffer_pool_mb": _number,
     "matmul_plans": _bool, "private_views": _bool, "strict": _bool, "see_through": _bool, "opaque_ops": _names,
+    "cuda_graphs": _bool,
 }  # fmt: skip
 NOT_OPTIONS = {
     "cache_dir": "the native runtime is built and loaded once per process, under TRIDENT_CACHE_DIR",
@@ -93,7 +94,6 @@ NOT_OPTIONS = {
     "disk_cache": "warm start does not cover torch.compile graphs: they compile in each process",
     "disk_cache_dir": "warm start does not cover torch.compile graphs",
     "disk_cache_max_mb": "warm start does not cover torch.compile graphs",
-    "cuda_graphs": "not an option of the backend yet: TRIDENT_CUDA_GRAPHS=0 in the environment turns graph replay off",
 }
 # What every graph's misses run under, whatever the options.
 _GRAPH_KNOBS: dict[str, object] = {"disk_cache": False}
@@ -152,7 +152,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object], *, mode:
     # A lazy GraphModule's forward is a (*args, **kwargs) stub until its code is generated; Trident binds calls
     # by forward's real parameters (the graph's placeholders).
     _LazyGraphModule.force_recompile(gm)
+    cuda_graphs = changes.pop("cuda_graphs", None)  # set on the graph's entry, not read on its misses
     graph = _make_graph_function(gm, changes)
+    if cuda_graphs is not None:
+        graph.use_cuda_graphs(cuda_graphs)
     with _graphs_lock:
         _graphs.append(weakref.ref(graph))
     return graph.entry  # type: ignore[no-any-return]

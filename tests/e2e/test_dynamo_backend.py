@@ -380,6 +380,22 @@ def test_options_apply_to_the_graphs_compiles(tmp_path: Path) -> None:
     assert graph.specializations[0].compiled.buffer_pool is None
 
 
+@pytest.mark.parametrize("graphs", [None, False])
+def test_the_cuda_graphs_option_reaches_the_graphs_entry(graphs: bool | None) -> None:
+    """Graph replay is set on a graph's entry when the backend makes it (not on its misses): on by default (on CPU
+    the recorder, at the third hit, says there is no CUDA tensor), off with options={"cuda_graphs": False}."""
+    options = {} if graphs is None else {"cuda_graphs": graphs}
+    compiled = torch.compile(scaled_sum, backend="trident", options=options)
+    with new_graphs() as made, torch.no_grad():
+        x = torch.randn(3, 4)
+        for _ in range(4):
+            assert torch.equal(compiled(x), scaled_sum(x))
+    (graph,) = made
+    assert_graph_native(graph, hits=4)
+    said = "CUDA graph: none (no CUDA tensor among the arguments)" in trident.explain(graph.entry)
+    assert said == (graphs is None), trident.explain(graph.entry)
+
+
 def test_disable_option_returns_the_graph_itself() -> None:
     compiled = torch.compile(scaled_sum, backend="trident", options={"disable": True})
     with new_graphs() as graphs, torch.no_grad():
