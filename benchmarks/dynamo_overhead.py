@@ -5,6 +5,8 @@ unchanged graph), all in one process.
 The program is a chain of cheap ops on tiny tensors (on CUDA, plus one user Triton kernel), so a call costs what
 the host does. backend="trident" minus trident.jit is what Dynamo adds in front of the same native entry (its
 guard evaluation and frame handling); backend="eager" minus eager is Dynamo's cost around a graph run in Python.
+Of the former, Dynamo's guard evaluation alone is timed too: the compiled frame's guard manager checking the same
+arguments (called from Python here, so an upper bound on what Dynamo's C++ frame evaluation pays for it).
 
     python benchmarks/dynamo_overhead.py [--device cpu|cuda] [--calls N] [--rounds N] [--no-inductor] [--json PATH]
 """
@@ -48,6 +50,20 @@ def program(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def guard_check_us(calls: int, rounds: int, frame_locals: dict[str, object]) -> float:
+    """µs per check of the guards Dynamo compiled for `program`'s frame (the last cache entry: the same for every
+    backend, since guards come from tracing, not from the backend)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    entries = _debug_get_cache_entry_list(program.__code__)
+    if not entries:
+        return float("nan")
+    manager = entries[0].guard_manager
+    assert manager.check(frame_locals), "the compiled frame's guards reject the benchmark's own arguments"
+    median, _ = time_per_call(lambda: manager.check(frame_locals), calls, rounds, lambda: None)
+    return median
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -79,6 +95,7 @@ def main() -> None:
             torch.testing.assert_close(fn(), expected)
             median, spread = time_per_call(fn, args.calls, args.rounds, sync)
             results[name] = {"us": median, "spread": spread}
+        guards = guard_check_us(args.calls, args.rounds, {"x": x, "y": y})
     graphs = trident.dynamo.compiled_graphs()
     native = all(g.eager_calls == 0 and g.specializations for g in graphs) and jitted._trident.eager_calls == 0
 
@@ -97,11 +114,13 @@ def main() -> None:
     dynamo_over_eager = results["compile, backend=eager"]["us"] - results["eager"]["us"]
     print(f"Dynamo in front of Trident's entry (backend=trident - trident.jit): {dynamo_over_trident:.2f} µs per call")
     print(f"Dynamo around a Python graph (backend=eager - eager):              {dynamo_over_eager:.2f} µs per call")
+    print(f"of which Dynamo's guard check of the compiled frame:                {guards:.2f} µs per call")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "machine": info, "device": device.type, "results": results, "all_native": native,
             "dynamo_over_trident_us": dynamo_over_trident, "dynamo_over_eager_us": dynamo_over_eager,
+            "dynamo_guard_check_us": guards,
         }, indent=2))  # fmt: skip
 
 

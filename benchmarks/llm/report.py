@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("eager", "compile", "compile_ro", "cuda_graph", "trident", "trident_graphs")  # table order
+SYSTEMS = ("eager", "compile", "compile_cpp", "compile_ro", "compile_trident", "cuda_graph", "trident",
+           "trident_graphs")  # table order
 SCHEMA = "trident-llm-decode/3"  # 3: cells carry `ops`
 
 

@@ -1,7 +1,8 @@
 """LLM decode benchmark: ms per token of a growing-position decode loop, every system in one process.
 
     python -m benchmarks.llm.run [--models llama,gpt2] [--batch 1,8] [--pos-kind int,tensor] [--ops kernels,library,aten]
-                                 [--systems eager,compile,compile_ro,cuda_graph,trident] [--steps 128]
+                                 [--systems eager,compile,compile_cpp,compile_ro,compile_trident,cuda_graph,trident,
+                                            trident_graphs] [--steps 128]
                                  [--budget-s S] [--out benchmarks/results/llm_decode.json]
     python -m benchmarks.llm.report A.json B.json --out C.json         # merge runs, print tables, plot
     python -m benchmarks.llm.run --device cpu --tiny --steps 3          # CPU smoke run (tiny fp32 models)
@@ -12,6 +13,8 @@
 Systems, on the same weights, KV caches, tokens and positions:
     eager       the model's Python step: Triton wrappers launch kernel[grid](...), ATen matmuls
     compile     torch.compile(step)
+    compile_cpp torch.compile(step, options={"cpp_wrapper": True}): Inductor's C++ wrapper instead of Python's
+    compile_trident  torch.compile(step, backend="trident"): Dynamo in front, each graph a Trident SCM
     compile_ro  torch.compile(step, mode="reduce-overhead"): CUDA graphs through cudagraph trees. Skips
                 ("skipping cudagraphs due to ...") and re-recordings (one per new int position) are counted
                 from torch's cudagraph log and shown in the notes column
@@ -81,8 +84,9 @@ from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ORDER = ("eager", "cuda_graph", "trident", "trident_graphs", "compile", "compile_ro")  # cheapest compile first
-CUDA_ONLY = {"compile", "compile_ro", "cuda_graph"}
+RUN_ORDER = ("eager", "cuda_graph", "trident", "trident_graphs", "compile_trident", "compile", "compile_cpp",
+             "compile_ro")  # cheapest compile first
+CUDA_ONLY = {"compile", "compile_cpp", "compile_ro", "compile_trident", "cuda_graph"}
 Checks = dict[int, torch.Tensor]  # logits at the check positions
 
 
@@ -285,17 +289,18 @@ def mark_static(work: Workload) -> None:
         torch._dynamo.mark_static_address(t)
 
 
-def run_compile(work: Workload, mode: str | None) -> tuple[dict[str, Any], Checks]:
+def run_compile(work: Workload, mode: str | None, backend: str = "inductor",
+                options: dict[str, Any] | None = None) -> tuple[dict[str, Any], Checks]:  # fmt: skip
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     mark_static(work)
     before = {group: dict(counters[group]) for group in ("stats", "inductor")}
     with TorchLog() as log:
-        result, checks = drive(torch.compile(work.step(), mode=mode), work)
+        result, checks = drive(torch.compile(work.step(), mode=mode, backend=backend, options=options), work)
     delta = {f"{group}.{k}": v - before[group].get(k, 0) for group in before for k, v in counters[group].items()
              if v != before[group].get(k, 0)}
-    result.update(mode=mode or "default", torch_counters=delta, torch_log=log.lines,
+    result.update(mode=mode or "default", backend=backend, options=options or {}, torch_counters=delta, torch_log=log.lines,
                   graphs_compiled=delta.get("stats.unique_graphs", 0),
                   cudagraph_skips=delta.get("inductor.cudagraph_skips", 0), cudagraph_recordings=log.recordings)
     notes = [f"{result['graphs_compiled']} graph(s)"]
@@ -398,6 +403,8 @@ RUNNERS: dict[str, Callable[[Workload], tuple[dict[str, Any], Checks]]] = {
     "eager": run_eager,
     "compile": lambda work: run_compile(work, None),
     "compile_ro": lambda work: run_compile(work, "reduce-overhead"),
+    "compile_cpp": lambda work: run_compile(work, None, options={"cpp_wrapper": True}),
+    "compile_trident": lambda work: run_compile(work, None, backend="trident"),
     "cuda_graph": run_cuda_graph,
     "trident": run_trident,
     "trident_graphs": lambda work: run_trident(work, graphs=True),
