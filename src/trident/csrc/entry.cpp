@@ -232,7 +232,9 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
     PyObject* out = nullptr;
     int32_t status = TRIDENT_OK;
     bool ran = false;
-    const bool wants_recording = self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits;
+    // Graphs: replay one of the specialization's recordings; else, at the recorder's hit, record the first one,
+    // and later another for a call no recording fits, while there is room.
+    bool may_record = spec.graphs == nullptr && spec.recordings_tried == 0;
     if (spec.graphs != nullptr && !spec.graphs_off) {
       switch (replay_graphs(self, index, spec, slots.data, &out)) {
         case trident::graphs::ReplayOutcome::kReplayed: ran = true; break;
@@ -241,19 +243,13 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
           Py_DECREF(spec.keepalive);
           return Outcome::kError;
         case trident::graphs::ReplayOutcome::kNotHere: break;
-        case trident::graphs::ReplayOutcome::kDirect:
-          // No recording fits this call: record another one with it, while there is room.
-          if (wants_recording && state->clears == clears && spec.recordings_tried < kMaxRecordings &&
-              !state->specs[index].graphs_off) {
-            ++state->specs[index].recordings_tried;
-            out = record_graph(self, index, slots.data);
-            if (out == nullptr) status = TRIDENT_ERROR;
-            ran = true;
-          }
+        case trident::graphs::ReplayOutcome::kDirect: may_record = !state->specs[index].graphs_off;
       }
-    } else if (wants_recording && spec.recordings_tried == 0) {
+    }
+    if (may_record && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
+        spec.recordings_tried < kMaxRecordings && state->clears == clears) {
       // Python records (and proves) the graph, running this call; rare, like a miss.
-      state->specs[index].recordings_tried = 1;
+      ++state->specs[index].recordings_tried;
       out = record_graph(self, index, slots.data);
       if (out == nullptr) status = TRIDENT_ERROR;
       ran = true;

@@ -88,8 +88,6 @@ struct Driver {
   CUresult (*set_memcpy_params)(CUgraphExec, CUgraphNode, const Memcpy3D*, CUcontext) = nullptr;
   CUresult (*memcpy_async)(uint64_t, uint64_t, size_t, CUstream) = nullptr;
   CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
-  CUresult (*current_context)(CUcontext*) = nullptr;
-  CUresult (*stream_is_capturing)(CUstream, int*) = nullptr;
   CUresult (*begin_capture)(CUstream, int) = nullptr;
   CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
   CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
@@ -256,6 +254,15 @@ void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<voi
   }
 }
 
+// Recording: notes a tensor a step gets from outside the graph (memory no step made), and keeps it for the proof
+// when the step may write it.
+void note_outside(Recording* rec, const at::Tensor& t, bool written) {
+  const void* storage = storage_of(t);
+  if (rec->internal->count(storage) != 0) return;
+  rec->external->insert(storage);
+  if (written) rec->written->push_back(t);
+}
+
 bool capturing_stream(int32_t device, CUstream* stream) {
   bool capturing = false;
   return trident::current_cuda_stream(device, stream, &capturing) && capturing;
@@ -315,15 +322,8 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
     return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
   }
-  bool fine = true;
-  for_each_tensor(args, nargs, [&](int64_t i, const at::Tensor& t) {
-    const void* storage = storage_of(t);
-    if (rec->internal->count(storage) != 0) return;
-    rec->external->insert(storage);
-    if (i >= 64 || (written >> i & 1)) rec->written->push_back(t);
-    if (!t.is_cuda() && t.dim() != 0) fine = false;
-  });
-  if (!fine) return refuse(rec, std::string(name) + " reads a CPU tensor");
+  for_each_tensor(args, nargs,
+                  [&](int64_t i, const at::Tensor& t) { note_outside(rec, t, i >= 64 || (written >> i & 1)); });
   // The operator itself runs with no recording active: Python it calls (a custom op's kernel, a nested jitted
   // function) runs as it would outside, into the same capture.
   active = nullptr;
@@ -383,7 +383,7 @@ bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t dest
   p.height = 1;
   p.depth = 1;
   CUcontext context = nullptr;
-  if (driver.current_context(&context) != 0 || driver.set_memcpy_params(rec->exec, node, &p, context) != 0) return false;
+  if (!trident::current_cuda_context(&context) || driver.set_memcpy_params(rec->exec, node, &p, context) != 0) return false;
   ++rec->patched_nodes;
   return true;
 }
@@ -625,8 +625,6 @@ bool resolve_driver(void* libcuda) {
                      trident::resolve(libcuda, "cuGraphExecMemcpyNodeSetParams", &d.set_memcpy_params) &&
                      trident::resolve(libcuda, "cuMemcpyDtoDAsync_v2", &d.memcpy_async) &&
                      trident::resolve(libcuda, "cuGraphLaunch", &d.graph_launch) &&
-                     trident::resolve(libcuda, "cuCtxGetCurrent", &d.current_context) &&
-                     trident::resolve(libcuda, "cuStreamIsCapturing", &d.stream_is_capturing) &&
                      trident::resolve(libcuda, "cuStreamBeginCapture_v2", &d.begin_capture) &&
                      trident::resolve(libcuda, "cuStreamEndCapture", &d.end_capture) &&
                      trident::resolve(libcuda, "cuGraphInstantiateWithFlags", &d.instantiate) &&
@@ -669,11 +667,7 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
       }
       snapshot_parameters(&step, *p);
       // Without an analysis of the kernel, any tensor it gets may be written.
-      for_each_tensor(args, nargs, [&](int64_t, const at::Tensor& t) {
-        if (rec->internal->count(storage_of(t)) != 0) return;
-        rec->external->insert(storage_of(t));
-        rec->written->push_back(t);
-      });
+      for_each_tensor(args, nargs, [&](int64_t, const at::Tensor& t) { note_outside(rec, t, true); });
     }
     rec->steps->push_back(std::move(step));
     return TRIDENT_OK;

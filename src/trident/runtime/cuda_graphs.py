@@ -19,10 +19,11 @@ there is none.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils._pytree as pytree
 
 if TYPE_CHECKING:
     from trident.driver import JitFunction
@@ -52,20 +53,9 @@ def graphs_unavailable() -> str | None:
     return None
 
 
-def _tensors(value: object) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-
-
 def _cuda_device(slots: Sequence[object]) -> torch.device | None:
-    for t in _tensors(list(slots)):
-        if t.is_cuda:
+    for t in pytree.tree_leaves(list(slots)):
+        if isinstance(t, torch.Tensor) and t.is_cuda:
             return t.device
     return None
 
