@@ -147,19 +147,18 @@ def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], r
     after = [t.clone() for t in written]
     for t, saved in zip(written, before):
         t.copy_(saved)
+    # Any failure of the proof: no graph, the direct run stands.
     try:
         replayed = entry.run_spec(index, slots, REPLAY, recording)
-    except Exception as e:  # noqa: BLE001 -- any failure of the proof: no graph, the direct run stands
-        replayed, failure = None, f"its first replay diverged: {recording.failure or e}"
+    except Exception as e:  # noqa: BLE001
+        failure = f"its first replay diverged: {recording.failure or e}"
     else:
         try:
             same = _bitwise_equal(direct, replayed) and all(_bitwise_equal(t, a) for t, a in zip(written, after))
         except Exception as e:  # noqa: BLE001
-            same = False
-            recording_failure = f"comparing it with the direct run failed: {type(e).__name__}: {e}"
+            failure = f"comparing it with the direct run failed: {type(e).__name__}: {e}"
         else:
-            recording_failure = "its first replay differed from the direct run"
-        failure = None if same else recording_failure
+            failure = None if same else "its first replay differed from the direct run"
     if failure is not None:
         for t, saved in zip(written, after):
             t.copy_(saved)
