@@ -186,6 +186,58 @@ def test_an_operator_that_synchronizes_invalidates_only_its_own_capture() -> Non
     assert torch.randn(8, device="cuda").isfinite().all() and (x @ x) == 256
 
 
+@gpu
+def test_results_sharing_graph_memory_still_share_it_and_are_never_overwritten() -> None:
+    """Results that are views of one buffer the program made (q and k of a fused projection, and the buffer
+    itself) come back as views of one fresh copy of the bytes they cover: they share memory as they do directly,
+    and a later replay never touches what the caller holds."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        qk = x @ w
+        return qk[:, :64], qk[:, 64:], qk
+
+    w = torch.randn(128, 128, device="cuda")
+    x = torch.empty(8, 128, device="cuda")  # refilled in place: the same address every call
+    with_graphs, direct = jitted(f, True), jitted(f, False)
+    held = []
+    for _ in range(cuda_graphs.RECORD_AT_HIT + 5):
+        x.copy_(torch.randn(8, 128, device="cuda"))
+        got, want = with_graphs(x, w), direct(x, w)
+        assert all(same_bits(a, b) for a, b in zip(got, want))
+        held.append((got, [t.clone() for t in want]))
+    for got, want in held:
+        assert all(same_bits(a, b) for a, b in zip(got, want))
+    q, k, base = held[-1][0]
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    base.zero_()
+    assert not q.any() and not k.any()
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None, trident.explain(with_graphs)
+    assert recording.counts["replays"] >= 5
+
+
+@gpu
+def test_an_operator_returning_ints_beside_its_tensors_replays() -> None:
+    """SDPA with a mask, as Hugging Face models call it, reaches cuDNN's or the memory-efficient attention operator,
+    and both return ints (the longest sequences) beside their tensors: a replay hands out the ints it recorded, for
+    inputs equal to the recorded ones. (Flash attention's operator returns a uint64 tensor, which Trident's import
+    does not take yet: those calls run eagerly.)"""
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+
+    q, k, v = (torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.zeros(1, 1, 16, 16, device="cuda", dtype=torch.bfloat16)
+    with_graphs, direct = jitted(f, True), jitted(f, False)
+    for _ in range(cuda_graphs.RECORD_AT_HIT + 4):
+        assert same_bits(with_graphs(q, k, v, mask), direct(q, k, v, mask))
+    calls = with_graphs._trident.specializations[0].compiled.aten_calls  # type: ignore[attr-defined]
+    assert any("cudnn_attention" in c or "efficient_attention" in c for c in calls), calls
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None, trident.explain(with_graphs)
+    assert recording.counts["replays"] >= 4
+
+
 def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return x * 2 + 1

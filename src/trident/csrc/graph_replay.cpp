@@ -31,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -120,6 +121,8 @@ struct Step {
   std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
   std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
   std::vector<int64_t> result_arguments;  // per result: the staged argument it is (in-place ops), or -1
+  uint64_t scalar_results = 0;  // bit k: result k is a scalar, whose recorded bits are scalar_bits[k]
+  std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
   // kernel: the node and the parameters it has now
@@ -132,6 +135,14 @@ struct Step {
 
 enum class Mode { kRecord, kReplay };
 
+// The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
+// results share is handed out as one fresh copy of this span, so the results keep sharing memory as they do
+// directly (a view and its base, q and k of one projection).
+struct ReturnedSpan {
+  int64_t results = 0;
+  int64_t begin = 0, end = 0;  // bytes from the storage's start
+};
+
 }  // namespace
 
 struct Recording {
@@ -143,11 +154,12 @@ struct Recording {
   std::unordered_set<const void*>* internal;  // storages the graph's steps made (StorageImpl*)
   std::unordered_set<const void*>* external;  // storages the steps read from outside
   std::unordered_set<const void*>* constants;  // storages of the specialization's constant tensors
-  std::unordered_set<const void*>* returned;   // recording: internal storages already returned once
+  std::unordered_map<const void*, ReturnedSpan>* returned;  // internal storages results live in (recording's)
   std::vector<at::Tensor>* written;             // recording: outside tensors steps may write (for verification)
   // replay: (fresh result, graph memory), copied after the launch; a deque, since generated code holds
   // handles to its elements while the host program runs
-  std::deque<std::pair<at::Tensor, at::Tensor>>* copies;
+  std::deque<std::pair<at::Tensor, at::Tensor>>* copies;  // (fresh, source); source undefined: no copy of its own
+  std::unordered_map<const void*, at::Tensor>* fresh_spans;  // replay: storage -> the fresh copy of its span
   std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
   CUgraph graph;         // owned, with its instantiation
   CUgraphExec exec;
@@ -294,8 +306,10 @@ bool stageable(const Recording* rec, const at::Tensor& t) {
 }
 
 int32_t record_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
-                      uint64_t written, OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets) {
+                      uint64_t written, OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets,
+                      uint64_t scalar_results) {
   Step step{StepKind::kOpaque, identity, name};
+  step.scalar_results = scalar_results;
   CUstream stream = nullptr;
   if (!capturing_stream(rec->device, &stream)) return refuse(rec, std::string(name) + " ran outside the capture");
   // Stage the inputs that may move: a copy of the argument array, pointing at the staging buffers.
@@ -337,8 +351,14 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
       return refuse(rec, std::string("copying a staged argument of ") + name + " back failed");
     }
   }
+  step.scalar_bits.assign(nrets, 0);
   for (int64_t k = 0; k < nrets; ++k) {
     step.result_arguments.push_back(-1);
+    if (k < 64 && (scalar_results >> k & 1)) {
+      step.scalar_bits[k] = reinterpret_cast<intptr_t>(rets[k]);
+      step.results.emplace_back();
+      continue;
+    }
     if (rets[k] == nullptr) {
       step.results.emplace_back();
       continue;
@@ -410,6 +430,10 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   }
   ++rec->cursor;
   for (int64_t k = 0; k < nrets; ++k) {
+    if (k < 64 && (step.scalar_results >> k & 1)) {
+      rets[k] = reinterpret_cast<AtenTensorHandle>(static_cast<intptr_t>(step.scalar_bits[k]));
+      continue;
+    }
     const int64_t argument = step.result_arguments[k];
     const at::Tensor& r = argument >= 0 ? tensor_at(args[2 * argument + 1]) : step.results[k];
     rets[k] = r.defined() ? reinterpret_cast<AtenTensorHandle>(new at::Tensor(r)) : nullptr;
@@ -447,6 +471,7 @@ void recording_dealloc(PyObject* self) {
   delete rec->returned;
   delete rec->written;
   delete rec->copies;
+  delete rec->fresh_spans;
   delete rec->failure;
   Py_TYPE(self)->tp_free(self);
 }
@@ -478,9 +503,10 @@ PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
   rec->internal = new std::unordered_set<const void*>();
   rec->external = new std::unordered_set<const void*>();
   rec->constants = new std::unordered_set<const void*>();
-  rec->returned = new std::unordered_set<const void*>();
+  rec->returned = new std::unordered_map<const void*, ReturnedSpan>();
   rec->written = new std::vector<at::Tensor>();
   rec->copies = new std::deque<std::pair<at::Tensor, at::Tensor>>();
+  rec->fresh_spans = new std::unordered_map<const void*, at::Tensor>();
   rec->failure = new std::string();
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
     PyObject* item = PySequence_Fast_GET_ITEM(items, i);
@@ -536,7 +562,6 @@ PyObject* recording_end_capture(PyObject* self, PyObject*) {
     return PyErr_Format(PyExc_RuntimeError, "cuGraphInstantiate failed (CUresult %d)", status);
   }
   rec->mode = Mode::kReplay;
-  rec->returned->clear();
   Py_RETURN_NONE;
 }
 
@@ -635,10 +660,12 @@ bool resolve_driver(void* libcuda) {
 }
 
 int32_t opaque_step(const void* identity, const char* name, const int64_t* args, int64_t nargs, uint64_t written,
-                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets) {
+                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets, uint64_t scalar_results) {
   Recording* rec = active;
   try {
-    if (rec->mode == Mode::kRecord) return record_opaque(rec, identity, name, args, nargs, written, run, closure, rets, nrets);
+    if (rec->mode == Mode::kRecord) {
+      return record_opaque(rec, identity, name, args, nargs, written, run, closure, rets, nrets, scalar_results);
+    }
     return replay_opaque(rec, identity, name, args, nargs, rets, nrets);
   } catch (...) {
     active = rec;
@@ -695,6 +722,40 @@ int32_t unsupported(const std::string& why) {
   return rec->mode == Mode::kRecord ? refuse(rec, why) : diverge(rec, why);
 }
 
+namespace {
+
+// The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
+void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  *begin = t.storage_offset() * item;
+  *end = *begin;
+  if (t.numel() == 0) return;
+  int64_t last = 0;  // the offset of the last element, in elements (strides of a result are not negative)
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  *end = *begin + (last + 1) * item;
+}
+
+// Replay: result `r`, which shares its storage with another result, as a view of one fresh copy of the storage's
+// recorded span (made for the first of them, copied after the launch). Undefined when `r` lies outside the span
+// (a view at this call's position): the call then runs directly.
+at::Tensor shared_result(Recording* rec, const at::Tensor& r, const ReturnedSpan& span) {
+  int64_t begin = 0, end = 0;
+  byte_span(r, &begin, &end);
+  const int64_t start = span.begin / 16 * 16;  // 16-byte aligned, so every element offset stays whole and aligned
+  if (begin < span.begin || end > span.end) return at::Tensor();
+  auto [found, made] = rec->fresh_spans->try_emplace(storage_of(r));
+  if (made) {
+    const at::TensorOptions bytes = r.options().dtype(at::kByte);
+    found->second = at::empty({span.end - start}, bytes);
+    at::Tensor source = at::empty({0}, bytes).set_(r.storage(), start, {span.end - start}, {1});
+    rec->copies->emplace_back(found->second, source);
+  }
+  const int64_t item = static_cast<int64_t>(r.element_size());
+  return at::empty({0}, r.options()).set_(found->second.storage(), (begin - start) / item, r.sizes(), r.strides());
+}
+
+}  // namespace
+
 bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement) {
   Recording* rec = active;
   *replacement = t;
@@ -703,15 +764,26 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement) {
   if (!r.defined() || rec->internal->count(storage_of(r)) == 0) return true;
   try {
     if (rec->mode == Mode::kRecord) {
-      if (!rec->returned->insert(storage_of(r)).second) {
-        refuse(rec, "two results share memory the graph made");
+      ReturnedSpan& span = (*rec->returned)[storage_of(r)];
+      int64_t begin = 0, end = 0;
+      byte_span(r, &begin, &end);
+      span.begin = span.results == 0 ? begin : std::min(span.begin, begin);
+      span.end = span.results == 0 ? end : std::max(span.end, end);
+      ++span.results;
+      return true;
+    }
+    const auto shared = rec->returned->find(storage_of(r));
+    if (shared != rec->returned->end() && shared->second.results > 1) {
+      at::Tensor view = shared_result(rec, r, shared->second);
+      if (!view.defined()) {
+        diverge(rec, "a result shares memory the graph made with another, outside the recorded bytes");
         PyErr_SetString(PyExc_RuntimeError, trident_last_error());
         return false;
       }
-      return true;
+      rec->copies->emplace_back(view, at::Tensor());
+    } else {
+      rec->copies->emplace_back(at::empty_strided(r.sizes(), r.strides(), r.options()), r);
     }
-    at::Tensor fresh = at::empty_strided(r.sizes(), r.strides(), r.options());
-    rec->copies->emplace_back(fresh, r);
     *replacement = reinterpret_cast<AtenTensorHandle>(&rec->copies->back().first);
     return true;
   } catch (...) {
@@ -747,6 +819,7 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   }
   rec->cursor = 0;
   rec->copies->clear();
+  rec->fresh_spans->clear();
   rec->diverged_for_launcher = false;
   active = rec;
   PyObject* out = nullptr;
@@ -757,6 +830,7 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     if (PyErr_Occurred()) PyErr_Clear();
     if (status == TRIDENT_OK) *rec->failure = "the program ended before its recorded steps did";
     rec->copies->clear();
+    rec->fresh_spans->clear();
     ++rec->divergences;
     return ReplayOutcome::kDirect;
   }
@@ -764,19 +838,24 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   if (launched != 0) {
     Py_XDECREF(out);
     rec->copies->clear();
+    rec->fresh_spans->clear();
     PyErr_Format(trident::kernel_launch_error_type(), "trident: launching a recorded CUDA graph failed (CUresult %d)",
                  launched);
     return ReplayOutcome::kError;
   }
   try {
-    for (auto& [fresh, source] : *rec->copies) fresh.copy_(source, /*non_blocking=*/true);
+    for (auto& [fresh, source] : *rec->copies) {
+      if (source.defined()) fresh.copy_(source, /*non_blocking=*/true);
+    }
   } catch (const std::exception& e) {
     Py_XDECREF(out);
     rec->copies->clear();
+    rec->fresh_spans->clear();
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return ReplayOutcome::kError;
   }
   rec->copies->clear();
+  rec->fresh_spans->clear();
   if (count_launches) {
     for (const Step& step : *rec->steps) {
       if (step.kind == StepKind::kKernel) trident::count_native_launch(step.identity);

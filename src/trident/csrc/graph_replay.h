@@ -28,9 +28,12 @@ using OpRunner = int32_t (*)(const void* closure, const int64_t* args, int64_t n
 // An operator whose kernels the runtime cannot see (ATen, cuBLAS, custom ops, the buffer pool). Recording:
 // runs it (stream-captured) and keeps its results and a signature of its inputs (addresses, layouts,
 // scalars). Replay: hands out the recorded results when the inputs are the recorded ones, else diverges.
-// `written` has bit i set when argument i is written in place.
+// `written` has bit i set when argument i is written in place; `scalar_results` bit k when result k is a Python
+// scalar carried in its slot as 64 bits (op_call.cpp), which a replay hands out as recorded: with the same inputs
+// the operator computes the same scalar, since reading device memory on the host would have broken the capture.
 int32_t opaque_step(const void* identity, const char* name, const int64_t* args, int64_t nargs, uint64_t written,
-                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets);
+                    OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets,
+                    uint64_t scalar_results = 0);
 
 // A native Triton launch, prepared by triton_launch.cpp (everything cuLaunchKernel takes).
 constexpr int kMaxLaunchParams = 130;
@@ -55,9 +58,10 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* prep
 int32_t unsupported(const std::string& why);
 
 // Replay: a result the host program returns that lives in the graph's memory is handed to the caller as a
-// fresh tensor, filled after the graph ran (a later replay must not overwrite what the caller holds). Returns
-// the tensor to wrap (t itself when no copy is needed); an undefined tensor with the error set on failure.
-// Recording: notes which recorded memory results alias (two results sharing it cannot be copied apart).
+// fresh tensor, filled after the graph ran (a later replay must not overwrite what the caller holds); results
+// that share such memory get views of one fresh copy of the bytes they cover, so they still share it. Sets
+// *replacement to the tensor to wrap (t itself when no copy is needed); false with a Python error set on failure.
+// Recording: notes which bytes of graph memory the results cover.
 bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
 
 // The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.

@@ -170,15 +170,26 @@ bool returns_views_only(const c10::FunctionSchema& schema) {
   return !schema.returns().empty();
 }
 
-bool returns_tensors_only(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& r : schema.returns()) {
-    const c10::TypePtr& type = r.type();
-    if (!type->isSubtypeOf(*c10::TensorType::get()) && !type->isSubtypeOf(*c10::OptionalType::ofTensor()) &&
-        !type->isSubtypeOf(*c10::ListType::ofTensors())) {
+// Which returns a graph step can hand out: tensors, optional tensors and tensor lists, and int, float and bool
+// scalars (bit k of *scalars: return k is one; each then fills slot k, so not beside a tensor list, which fills
+// one slot per item). false: a return of another type.
+bool graph_returns(const c10::FunctionSchema& schema, uint64_t* scalars) {
+  *scalars = 0;
+  bool lists = false;
+  for (size_t k = 0; k < schema.returns().size(); ++k) {
+    const c10::TypePtr& type = schema.returns()[k].type();
+    const c10::TypeKind kind = type->kind();
+    if (kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType || kind == c10::TypeKind::FloatType ||
+        kind == c10::TypeKind::BoolType) {
+      if (k >= 64) return false;
+      *scalars |= uint64_t{1} << k;
+    } else if (type->isSubtypeOf(*c10::ListType::ofTensors())) {
+      lists = true;
+    } else if (!type->isSubtypeOf(*c10::TensorType::get()) && !type->isSubtypeOf(*c10::OptionalType::ofTensor())) {
       return false;
     }
   }
-  return true;
+  return !(lists && *scalars != 0);
 }
 
 int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
@@ -190,13 +201,18 @@ int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandl
     const c10::FunctionSchema& schema = handle.schema();
     if (returns_views_only(schema)) return call_boxed(op, args, nargs, rets, nrets);
     const std::string name = c10::toString(handle.operator_name());
-    if (!returns_tensors_only(schema)) return trident::graphs::unsupported(name + " returns a Python scalar");
+    uint64_t scalars = 0;
+    if (!graph_returns(schema, &scalars)) {
+      std::string types;
+      for (const c10::Argument& r : schema.returns()) types += (types.empty() ? "" : ", ") + r.type()->str();
+      return trident::graphs::unsupported(name + " returns a value a graph step cannot hand out (" + types + ")");
+    }
     uint64_t written = 0;
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
       if (alias != nullptr && alias->isWrite()) written |= i < 64 ? uint64_t{1} << i : ~uint64_t{0};
     }
-    return trident::graphs::opaque_step(op, name.c_str(), args, nargs, written, call_boxed, op, rets, nrets);
+    return trident::graphs::opaque_step(op, name.c_str(), args, nargs, written, call_boxed, op, rets, nrets, scalars);
   } catch (...) {
     return trident::fail_with_current_exception();
   }
