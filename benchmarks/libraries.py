@@ -7,7 +7,9 @@ eagerly and under `trident.jit` (each with its own state). Reported per library:
 every step equalled eager (max abs difference), compiles, Triton launches per step by kind (native
 `cuLaunchKernel` or through Triton's own launcher; on CPU all run through Triton's interpreter), and ms per
 step eager vs Trident (median over rounds, after a warm-up round; a round is `--steps` steps at positions
-0, 1, ...). Writes RESULTS_DIR/libraries.<device>.json.
+0, 1, ...). On CUDA also the step's device time: the summed GPU time of eager's kernels over one round
+(torch.profiler), which Trident's step (graph-replayed by default) is compared against. Writes
+RESULTS_DIR/libraries.<device>.json.
 
 Cases (bf16 on CUDA, fp32 on CPU; CPU sizes are tiny, for a smoke run):
     liger        liger-kernel functional rms_norm -> q/k/v projection -> rope (table rows at the position) ->
@@ -308,6 +310,19 @@ def time_round(fn: Step, inputs: list[tuple[Any, ...]], device: str) -> float:
     return 1e3 * (time.perf_counter() - start) / len(inputs)
 
 
+def device_ms(fn: Step, inputs: list[tuple[Any, ...]]) -> float:
+    """GPU kernel time per step (ms), summed over the kernels of one round, as torch's profiler sees them."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for args in inputs:
+            fn(*args)
+        sync("cuda")
+    kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    return kernel_us / 1e3 / len(inputs)
+
+
 def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: int) -> dict[str, Any]:
     import trident
 
@@ -330,6 +345,7 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
                 eager_ms.append(time_round(eager, inputs, device))
             trident_ms.append(time_round(jitted, inputs, device))
         after = launch_counts(jitted)
+        kernel_ms = device_ms(eager, inputs) if device == "cuda" else None
     state = jitted._trident  # type: ignore[attr-defined]
     per_step = {kind: (after[kind] - before[kind]) / (rounds * steps) for kind in ("native", "triton_launcher")}
     sites = len(state.specializations[-1].compiled.launch_sites) if state.specializations else 0
@@ -338,7 +354,7 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
         "launch_sites_per_step": sites, "native_launches_per_step": per_step["native"],
         "triton_launcher_launches_per_step": per_step["triton_launcher"],
         "equal_to_eager": equal, "max_abs_diff": diff, "eager_finite": finite,
-        "ms_eager": statistics.median(eager_ms), "ms_trident": statistics.median(trident_ms),
+        "ms_eager": statistics.median(eager_ms), "ms_trident": statistics.median(trident_ms), "ms_device": kernel_ms,
         "ms_eager_rounds": eager_ms, "ms_trident_rounds": trident_ms,
     }
     see_through = [line.strip() for line in trident.explain(jitted).splitlines() if "traced into" in line or "opaque " in line]
@@ -420,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n{device}, {dtype}, {steps} positions per round, median of {rounds} round(s)")
     header = ["library", "version", "what ran", "status", "compiles", "native/step", "Triton launcher/step",
-              "sites", "eager ms/step", "trident ms/step", "speedup"]
+              "sites", "eager ms/step", "trident ms/step", "speedup", "device ms/step", "trident / device"]
     print(" | ".join(header))
     for r in rows:
         if "ms_eager" in r:
@@ -428,8 +444,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['native_launches_per_step']:.1f}", f"{r['triton_launcher_launches_per_step']:.1f}",
                      r["launch_sites_per_step"], f"{r['ms_eager']:.3f}", f"{r['ms_trident']:.3f}",
                      f"{r['ms_eager'] / r['ms_trident']:.2f}x"]
+            kernel_ms = r.get("ms_device")
+            cells += [f"{kernel_ms:.3f}", f"{r['ms_trident'] / kernel_ms:.2f}x"] if kernel_ms else ["-", "-"]
         else:
-            cells = [r["library"], r["version"] or "-", r["what"], r["status"]] + ["-"] * 7
+            cells = [r["library"], r["version"] or "-", r["what"], r["status"]] + ["-"] * 9
         print(" | ".join(str(c) for c in cells))
     args.results_dir.mkdir(parents=True, exist_ok=True)
     out = args.results_dir / f"libraries.{device}.json"

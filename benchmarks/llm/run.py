@@ -14,7 +14,9 @@ Systems, on the same weights, KV caches, tokens and positions:
     eager       the model's Python step: Triton wrappers launch kernel[grid](...), ATen matmuls
     compile     torch.compile(step)
     compile_cpp torch.compile(step, options={"cpp_wrapper": True}): Inductor's C++ wrapper instead of Python's
-    compile_trident  torch.compile(step, backend="trident"): Dynamo in front, each graph a Trident SCM
+    compile_trident  torch.compile(step, backend=trident.dynamo.backend): Dynamo in front, each graph a Trident
+                SCM (the function that backend="trident" names where the package is installed; the device
+                machine runs Trident from its source tree, without the entry point)
     compile_ro  torch.compile(step, mode="reduce-overhead"): CUDA graphs through cudagraph trees. Skips
                 ("skipping cudagraphs due to ...") and re-recordings (one per new int position) are counted
                 from torch's cudagraph log and shown in the notes column
@@ -289,7 +291,7 @@ def mark_static(work: Workload) -> None:
         torch._dynamo.mark_static_address(t)
 
 
-def run_compile(work: Workload, mode: str | None, backend: str = "inductor",
+def run_compile(work: Workload, mode: str | None, backend: str | Callable[..., Any] = "inductor",
                 options: dict[str, Any] | None = None) -> tuple[dict[str, Any], Checks]:  # fmt: skip
     from torch._dynamo.utils import counters
 
@@ -300,7 +302,7 @@ def run_compile(work: Workload, mode: str | None, backend: str = "inductor",
         result, checks = drive(torch.compile(work.step(), mode=mode, backend=backend, options=options), work)
     delta = {f"{group}.{k}": v - before[group].get(k, 0) for group in before for k, v in counters[group].items()
              if v != before[group].get(k, 0)}
-    result.update(mode=mode or "default", backend=backend, options=options or {}, torch_counters=delta, torch_log=log.lines,
+    result.update(mode=mode or "default", backend=getattr(backend, "__module__", backend), options=options or {}, torch_counters=delta, torch_log=log.lines,
                   graphs_compiled=delta.get("stats.unique_graphs", 0),
                   cudagraph_skips=delta.get("inductor.cudagraph_skips", 0), cudagraph_recordings=log.recordings)
     notes = [f"{result['graphs_compiled']} graph(s)"]
@@ -404,7 +406,7 @@ RUNNERS: dict[str, Callable[[Workload], tuple[dict[str, Any], Checks]]] = {
     "compile": lambda work: run_compile(work, None),
     "compile_ro": lambda work: run_compile(work, "reduce-overhead"),
     "compile_cpp": lambda work: run_compile(work, None, options={"cpp_wrapper": True}),
-    "compile_trident": lambda work: run_compile(work, None, backend="trident"),
+    "compile_trident": lambda work: run_compile(work, None, backend=trident.dynamo.backend),
     "cuda_graph": run_cuda_graph,
     "trident": run_trident,
     "trident_graphs": lambda work: run_trident(work, graphs=True),
