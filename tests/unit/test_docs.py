@@ -54,8 +54,9 @@ def test_readme_example_runs_natively() -> None:
 
 
 # README column -> the system's name in benchmarks/llm's JSON
-_SYSTEMS = {"eager": "eager", "torch.compile": "compile", "compile (reduce-overhead)": "compile_ro",
-            "device": "cuda_graph", "**trident**": "trident"}  # fmt: skip
+_SYSTEMS = {"eager": "eager", "torch.compile": "compile", "compile (cpp_wrapper)": "compile_cpp",
+            "compile (reduce-overhead)": "compile_ro", "trident (direct)": "trident",
+            "**trident**": "trident_graphs"}  # fmt: skip
 
 
 def test_readme_results_table_is_the_raw_result_it_names() -> None:
@@ -63,7 +64,7 @@ def test_readme_results_table_is_the_raw_result_it_names() -> None:
     (raw_name,) = set(re.findall(r"benchmarks/results/[\w.\-]+\.json", section))
     raw = json.loads((ROOT / raw_name).read_text())
     assert "batch 1" in section
-    cells = {(c["model"], c["pos_kind"], c["system"]): c["ms_per_token"] for c in raw["cells"] if c["batch"] == 1}
+    cells = {(c["model"], c["pos_kind"], c["system"]): c for c in raw["cells"] if c["batch"] == 1}
     (machine,) = [r["machine"] for r in raw["runs"] if r["argv"][r["argv"].index("--batch") + 1] == "1"]
     caption = " ".join(section.split())
     for field in ("gpu", "driver", "cuda", "torch", "triton", "python"):
@@ -74,19 +75,13 @@ def test_readme_results_table_is_the_raw_result_it_names() -> None:
         model, position = re.match(r"`(\w+)`", row[0]).group(1), row[1]
         values = dict(zip(header, row))
         for column, system in _SYSTEMS.items():
-            # The device time is the CUDA graph of the step, captured with the tensor position only.
-            ms = cells[(model, "tensor" if system == "cuda_graph" else position, system)]
+            ms = cells[(model, position, system)]["ms_per_token"]
             assert float(values[column].strip("*")) == round(ms, 2), (model, position, column, ms)
-        ratio = cells[(model, position, "trident")] / cells[(model, "tensor", "cuda_graph")]
-        assert float(values["trident / device"].rstrip("×")) == round(ratio, 2), (model, position, ratio)
-        # The graph replay column: trident_graphs (and, bracketed, trident) over the device time of its own run.
-        graphs = json.loads((ROOT / f"benchmarks/results/llm_cuda_graphs_{position}.h200.json").read_text())
-        run = {c["system"]: c for c in graphs["cells"]
-               if (c["model"], c["batch"], c.get("ops", "kernels")) == (model, 1, "kernels")}  # fmt: skip
-        device = run["cuda_graph"]["device_ms_per_token"]  # the floor the benchmark prints ("device time")
-        replayed, direct = re.fullmatch(r"\*\*([\d.]+)×\*\* \(([\d.]+)×\)", values["**trident (graph replay) / device**"]).groups()
-        assert float(replayed) == round(run["trident_graphs"]["ms_per_token"] / device, 2), (model, position)
-        assert float(direct) == round(run["trident"]["ms_per_token"] / device, 2), (model, position)
+        # The device time: the GPU time of the step's CUDA graph, captured with the tensor position only.
+        device = cells[(model, "tensor", "cuda_graph")]["device_ms_per_token"]
+        assert float(values["device"]) == round(device, 2), (model, position, device)
+        ratio = cells[(model, position, "trident_graphs")]["ms_per_token"] / device
+        assert float(values["**trident / device**"].strip("*").rstrip("×")) == round(ratio, 2), (model, position, ratio)
 
 
 _PATH_ROOTS = ("src", "tests", "docs", "benchmarks", "examples", "llm", "capture", "lowering", "cache", "csrc", "runtime")
