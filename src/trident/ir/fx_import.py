@@ -7,6 +7,11 @@ made, in order; in-place ops and views keep their aliasing (lowering calls the s
 Python's scalar builtins on symbolic values that torch-mlir does not map (pow, true division, float
 arithmetic, math.floor, torch.sym_float, ...) import as `torch.operator "trident.scalar.<fn>"` with the result's
 Python type (!torch.int / !torch.float / !torch.bool); lowering/symbolic_ints.py gives them Python's semantics.
+
+Dtypes are Trident's to number: compiled code hands a dtype argument to ATen as the int the IR holds, which must
+be its c10::ScalarType. torch-mlir's importer numbers complex dtypes differently (its complex64 is c10's
+ComplexDouble: `x.to(torch.complex64)` ran as complex128) and has no uint16, uint64 or complex128 (flash
+attention returns a uint64 tensor), so dtype literals and those element types are imported here.
 """
 from __future__ import annotations
 
@@ -19,8 +24,11 @@ from torch._ops import HigherOrderOperator
 from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_dialect
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-from torch_mlir.extras.fx_importer import FxImporter, GraphNodeImporter, _emit_operation
+from torch_mlir.extras.fx_importer import (
+    LITERAL_CONVERTER_MAP, FxImporter, FxImporterHooks, GraphNodeImporter, InputInfo, _emit_operation,
+)
 
+from ..capture.guards import dtype_code
 from ..capture.scalar_functions import scalar_function_name, scalar_kind
 from ..capture.triton_launches import Operand, RecordedLaunch
 
@@ -117,6 +125,23 @@ def _operand_kind(value: object) -> str:
     return "float"
 
 
+# Element types torch-mlir's importer lacks (its table is the fallback for the rest).
+_ELEMENT_TYPES = {torch.uint16: "ui16", torch.uint64: "ui64", torch.complex128: "complex<f64>"}
+
+
+class _DtypeHooks(FxImporterHooks):
+    """Imports a dtype literal as its c10::ScalarType (the header's TRIDENT_DTYPE_* codes)."""
+
+    def resolve_literal(self, gni: GraphNodeImporter, literal: object, info: InputInfo | None) -> ir.Value | None:
+        if not isinstance(literal, torch.dtype):
+            return None
+        try:
+            code = dtype_code(literal)
+        except NotImplementedError:  # no code in the header (quantized dtypes): torch-mlir's number stands
+            return None
+        return LITERAL_CONVERTER_MAP.lookup(int)(code, gni, gni._cc)
+
+
 def new_context() -> ir.Context:
     context = ir.Context()
     torch_dialect.register_dialect(context)
@@ -128,7 +153,9 @@ def import_graph(graph: torch.fx.Graph, context: ir.Context) -> tuple[ir.Module,
     also returns the Triton launches the module's launch ops refer to."""
     launches: list[RecordedLaunch] = []
     node_importer = type("TridentNodeImporterForGraph", (TridentNodeImporter,), {"launches": launches})
-    importer = FxImporter(context=context, graph_node_importer_cls=node_importer)
+    importer = FxImporter(context=context, hooks=_DtypeHooks(), graph_node_importer_cls=node_importer)
+    for dtype, element_type in _ELEMENT_TYPES.items():  # the importer's cache of element types, seeded
+        importer._cc._dtype_to_type.setdefault(dtype, ir.Type.parse(element_type, context))
     with _scalar_ops_marked(graph):
         importer.import_stateless_graph(graph, func_name=MAIN)
     return importer.module, launches
