@@ -217,13 +217,16 @@ def test_results_sharing_graph_memory_still_share_it_and_are_never_overwritten()
 
 
 @gpu
-def test_an_operator_returning_ints_beside_its_tensors_replays() -> None:
-    """SDPA with a mask, as Hugging Face models call it, reaches cuDNN's or the memory-efficient attention operator,
-    and both return ints (the longest sequences) beside their tensors: a replay hands out the ints it recorded, for
-    inputs equal to the recorded ones. (Flash attention's operator returns a uint64 tensor, which Trident's import
-    does not take yet: those calls run eagerly.)"""
+@pytest.mark.parametrize("form", ["mask", "causal"])
+def test_an_operator_returning_ints_beside_its_tensors_replays(form: str) -> None:
+    """SDPA reaches cuDNN's, the memory-efficient or flash attention's ATen operator (with a mask as Hugging Face
+    models call it, causal as prefill does), and each returns ints (the longest sequences) beside its tensors
+    (flash attention also a uint64 tensor): a replay hands out the ints it recorded, for inputs equal to the
+    recorded ones."""
 
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if form == "causal":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
 
     q, k, v = (torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -232,7 +235,7 @@ def test_an_operator_returning_ints_beside_its_tensors_replays() -> None:
     for _ in range(cuda_graphs.RECORD_AT_HIT + 4):
         assert same_bits(with_graphs(q, k, v, mask), direct(q, k, v, mask))
     calls = with_graphs._trident.specializations[0].compiled.aten_calls  # type: ignore[attr-defined]
-    assert any("cudnn_attention" in c or "efficient_attention" in c for c in calls), calls
+    assert any(op in c for c in calls for op in ("cudnn_attention", "efficient_attention", "flash_attention")), calls
     recording = graph_of(with_graphs, 0)
     assert recording is not None, trident.explain(with_graphs)
     assert recording.counts["replays"] >= 4
