@@ -239,6 +239,22 @@ def test_every_dtype_reaches_aten_as_itself(dtype: torch.dtype) -> None:
     assert_native(jitted, hits=2, compiles=1)
 
 
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr, torch.sparse_csc], ids=str)
+def test_a_layout_reaches_aten_as_itself(layout: torch.layout) -> None:
+    """Layout arguments are c10::Layout values too (torch-mlir's importer numbers sparse_csc as c10's Mkldnn:
+    `to_sparse(layout=torch.sparse_csc)` once raised where eager returns a CSC tensor)."""
+
+    def sparse(x: torch.Tensor) -> torch.Tensor:
+        return x.to_sparse(layout=layout)
+
+    x = torch.eye(3) * 2
+    jitted = trident.jit(sparse)
+    for _ in range(2):
+        got, want = jitted(x), sparse(x)
+        assert got.layout == want.layout == layout and torch.equal(got.to_dense(), want.to_dense())
+    assert_native(jitted, hits=2, compiles=1)
+
+
 def test_cat_split_and_indexing() -> None:
     def pieces(x, idx):  # type: ignore[no-untyped-def]
         a, b = torch.split(x, 2, dim=0)

@@ -126,6 +126,16 @@ typedef struct {
 #define TRIDENT_DEVICE_TYPE_MPS 13
 #define TRIDENT_DEVICE_TYPE_META 14
 
+/* c10::Layout values, named as torch names the layout (torch.sparse_csc -> TRIDENT_LAYOUT_SPARSE_CSC): compiled
+ * code hands layout arguments to ATen as these; checked against c10 at build time like the dtypes. */
+#define TRIDENT_LAYOUT_STRIDED 0
+#define TRIDENT_LAYOUT_SPARSE_COO 1
+#define TRIDENT_LAYOUT_SPARSE_CSR 2
+#define TRIDENT_LAYOUT_SPARSE_CSC 4
+#define TRIDENT_LAYOUT_SPARSE_BSR 5
+#define TRIDENT_LAYOUT_SPARSE_BSC 6
+#define TRIDENT_LAYOUT_JAGGED 7
+
 /* Fills *out if obj is exactly a torch.Tensor or torch.nn.Parameter with strided layout, not a tensor
  * subclass, and not a functorch-wrapped, functionalization-wrapped, zero-tensor or Python-dispatch tensor;
  * returns 1 then, else 0 (out untouched). Also 0 when reading the metadata throws (e.g. a tensor without

@@ -8,10 +8,11 @@ Python's scalar builtins on symbolic values that torch-mlir does not map (pow, t
 arithmetic, math.floor, torch.sym_float, ...) import as `torch.operator "trident.scalar.<fn>"` with the result's
 Python type (!torch.int / !torch.float / !torch.bool); lowering/symbolic_ints.py gives them Python's semantics.
 
-Dtypes are Trident's to number: compiled code hands a dtype argument to ATen as the int the IR holds, which must
-be its c10::ScalarType. torch-mlir's importer numbers complex dtypes differently (its complex64 is c10's
-ComplexDouble: `x.to(torch.complex64)` ran as complex128) and has no uint16, uint64 or complex128 (flash
-attention returns a uint64 tensor), so dtype literals and those element types are imported here.
+Dtypes and layouts are Trident's to number: compiled code hands such an argument to ATen as the int the IR holds,
+which must be its c10::ScalarType or c10::Layout. torch-mlir's importer numbers complex dtypes and sparse layouts
+differently (its complex64 is c10's ComplexDouble: `x.to(torch.complex64)` ran as complex128; its sparse_csc is
+c10's Mkldnn) and has no uint16, uint64 or complex128 (flash attention returns a uint64 tensor), so these literals
+and element types are imported here, numbered as trident_runtime.h's TRIDENT_DTYPE_* and TRIDENT_LAYOUT_*.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from torch_mlir.extras.fx_importer import (
     LITERAL_CONVERTER_MAP, FxImporter, FxImporterHooks, GraphNodeImporter, InputInfo, _emit_operation,
 )
 
+from .. import abi
 from ..capture.guards import dtype_code
 from ..capture.scalar_functions import scalar_function_name, scalar_kind
 from ..capture.triton_launches import Operand, RecordedLaunch
@@ -129,17 +131,22 @@ def _operand_kind(value: object) -> str:
 _ELEMENT_TYPES = {torch.uint16: "ui16", torch.uint64: "ui64", torch.complex128: "complex<f64>"}
 
 
-class _DtypeHooks(FxImporterHooks):
-    """Imports a dtype literal as its c10::ScalarType (the header's TRIDENT_DTYPE_* codes)."""
+_LAYOUT_CODES = {getattr(torch, name.lower()): code for name, code in abi.family("LAYOUT_").items()}
+
+
+class _CodeHooks(FxImporterHooks):
+    """Imports a dtype or layout literal as its c10 enum value (the header's codes)."""
 
     def resolve_literal(self, gni: GraphNodeImporter, literal: object, info: InputInfo | None) -> ir.Value | None:
-        if not isinstance(literal, torch.dtype):
-            return None
-        try:
-            code = dtype_code(literal)
-        except NotImplementedError:  # no code in the header (quantized dtypes): torch-mlir's number stands
-            return None
-        return LITERAL_CONVERTER_MAP.lookup(int)(code, gni, gni._cc)
+        code = None
+        if isinstance(literal, torch.dtype):
+            try:
+                code = dtype_code(literal)
+            except NotImplementedError:  # no code in the header (quantized dtypes): torch-mlir's number stands
+                return None
+        elif isinstance(literal, torch.layout):
+            code = _LAYOUT_CODES.get(literal)
+        return None if code is None else LITERAL_CONVERTER_MAP.lookup(int)(code, gni, gni._cc)
 
 
 def new_context() -> ir.Context:
@@ -153,7 +160,7 @@ def import_graph(graph: torch.fx.Graph, context: ir.Context) -> tuple[ir.Module,
     also returns the Triton launches the module's launch ops refer to."""
     launches: list[RecordedLaunch] = []
     node_importer = type("TridentNodeImporterForGraph", (TridentNodeImporter,), {"launches": launches})
-    importer = FxImporter(context=context, hooks=_DtypeHooks(), graph_node_importer_cls=node_importer)
+    importer = FxImporter(context=context, hooks=_CodeHooks(), graph_node_importer_cls=node_importer)
     for dtype, element_type in _ELEMENT_TYPES.items():  # the importer's cache of element types, seeded
         importer._cc._dtype_to_type.setdefault(dtype, ir.Type.parse(element_type, context))
     with _scalar_ops_marked(graph):
