@@ -817,9 +817,15 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
       (rec->replayed_before && stream != rec->last_stream)) {
     return ReplayOutcome::kNotHere;
   }
+  // This call's fresh results and span copies are dropped however it ends (the caller holds its own references).
+  struct DropCopies {
+    Recording* rec;
+    ~DropCopies() {
+      rec->copies->clear();
+      rec->fresh_spans->clear();
+    }
+  } drop_copies{rec};
   rec->cursor = 0;
-  rec->copies->clear();
-  rec->fresh_spans->clear();
   rec->diverged_for_launcher = false;
   active = rec;
   PyObject* out = nullptr;
@@ -829,16 +835,12 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     Py_XDECREF(out);
     if (PyErr_Occurred()) PyErr_Clear();
     if (status == TRIDENT_OK) *rec->failure = "the program ended before its recorded steps did";
-    rec->copies->clear();
-    rec->fresh_spans->clear();
     ++rec->divergences;
     return ReplayOutcome::kDirect;
   }
   const CUresult launched = driver.graph_launch(rec->exec, stream);
   if (launched != 0) {
     Py_XDECREF(out);
-    rec->copies->clear();
-    rec->fresh_spans->clear();
     PyErr_Format(trident::kernel_launch_error_type(), "trident: launching a recorded CUDA graph failed (CUresult %d)",
                  launched);
     return ReplayOutcome::kError;
@@ -849,13 +851,9 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     }
   } catch (const std::exception& e) {
     Py_XDECREF(out);
-    rec->copies->clear();
-    rec->fresh_spans->clear();
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return ReplayOutcome::kError;
   }
-  rec->copies->clear();
-  rec->fresh_spans->clear();
   if (count_launches) {
     for (const Step& step : *rec->steps) {
       if (step.kind == StepKind::kKernel) trident::count_native_launch(step.identity);
