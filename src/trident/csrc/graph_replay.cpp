@@ -22,161 +22,27 @@
  * has been launched, and the entry runs the call directly. Only then is the graph launched on torch's
  * current stream, and results that live in graph memory are copied into fresh tensors for the caller.
  *
- * The Recording owns what a graph holds for good: the graph and its instantiation, node parameters, its results
- * and staging buffers (their memory is the pool's, which its Python keepalive releases after them).
+ * The Recording (graph_recording.h; its Python type: graph_recording.cpp) owns what a graph holds for good: the
+ * graph and its instantiation, node parameters, its results and staging buffers (their memory is the pool's,
+ * which its Python keepalive releases after them).
  */
-#include "graph_replay.h"
+#include "graph_recording.h"
 
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/python_variable.h>
 
 namespace trident::graphs {
 
 thread_local Recording* active = nullptr;
-
-namespace {
-
-// --- The driver -------------------------------------------------------------------------------------------
-
-using CUresult = int;
-using CUgraphNode = void*;
-using CUgraph = void*;
-using CUgraphExec = void*;
-using CUstream = void*;
-using CUcontext = void*;
-
-// CUDA_KERNEL_NODE_PARAMS (v1) and CUDA_MEMCPY3D, laid out as cuda.h declares them.
-struct KernelNodeParams {
-  void* func;
-  unsigned grid_x, grid_y, grid_z;
-  unsigned block_x, block_y, block_z;
-  unsigned shared_bytes;
-  void** kernel_params;
-  void** extra;
-};
-struct Memcpy3D {
-  size_t src_x_bytes, src_y, src_z, src_lod;
-  int src_memory_type;
-  const void* src_host;
-  uint64_t src_device;
-  void* src_array;
-  void* reserved0;
-  size_t src_pitch, src_height;
-  size_t dst_x_bytes, dst_y, dst_z, dst_lod;
-  int dst_memory_type;
-  void* dst_host;
-  uint64_t dst_device;
-  void* dst_array;
-  void* reserved1;
-  size_t dst_pitch, dst_height;
-  size_t width_bytes, height, depth;
-};
-constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
-
-struct Driver {
-  CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
-                     void**) = nullptr;
-  CUresult (*capture_info)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**, size_t*) = nullptr;
-  CUresult (*set_kernel_params)(CUgraphExec, CUgraphNode, const KernelNodeParams*) = nullptr;
-  CUresult (*set_memcpy_params)(CUgraphExec, CUgraphNode, const Memcpy3D*, CUcontext) = nullptr;
-  CUresult (*memcpy_async)(uint64_t, uint64_t, size_t, CUstream) = nullptr;
-  CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
-  CUresult (*begin_capture)(CUstream, int) = nullptr;
-  CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
-  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
-  CUresult (*destroy_exec)(CUgraphExec) = nullptr;
-  CUresult (*destroy_graph)(CUgraph) = nullptr;
-};
-constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 Driver driver;
 
-// --- Steps ------------------------------------------------------------------------------------------------
-
-enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
-
-// An argument of an opaque step that lives outside the graph and may move: the step works on a buffer of the
-// graph's, filled by a memcpy node before it (`in`) and, for an argument written in place, copied back by one
-// after it (`out`). Both follow the argument's address by a patch.
-struct StagedInput {
-  int64_t argument;
-  CUgraphNode in;
-  CUgraphNode out;  // null: the argument is only read
-  uint64_t address;  // the argument's address the nodes use now
-  uint64_t buffer;
-  size_t bytes;
-};
-
-struct Step {
-  StepKind kind;
-  const void* identity;
-  std::string name;
-  std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
-  std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
-  std::vector<int64_t> result_arguments;  // per result: the staged argument it is (in-place ops), or -1
-  uint64_t scalar_results = 0;  // bit k: result k is a scalar, whose recorded bits are scalar_bits[k]
-  std::vector<int64_t> scalar_bits;
-  std::vector<StagedInput> staged;
-  uint64_t staged_arguments = 0;  // bit i: argument i is staged
-  // kernel: the node and the parameters it has now
-  CUgraphNode node = nullptr;
-  void* function = nullptr;
-  unsigned grid[3] = {0, 0, 0};
-  unsigned block_threads = 0, shared_bytes = 0;
-  std::vector<uint64_t> slots;
-};
-
-enum class Mode { kRecord, kReplay };
-
-// The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
-// results share is handed out as one fresh copy of this span, so the results keep sharing memory as they do
-// directly (a view and its base, q and k of one projection).
-struct ReturnedSpan {
-  int64_t results = 0;
-  int64_t begin = 0, end = 0;  // bytes from the storage's start
-};
-
-}  // namespace
-
-struct Recording {
-  PyObject_HEAD
-  Mode mode;
-  int32_t device;
-  std::vector<Step>* steps;
-  size_t cursor;  // replay: the next step
-  std::unordered_set<const void*>* internal;  // storages the graph's steps made (StorageImpl*)
-  std::unordered_set<const void*>* external;  // storages the steps read from outside
-  std::unordered_set<const void*>* constants;  // storages of the specialization's constant tensors
-  std::unordered_map<const void*, ReturnedSpan>* returned;  // internal storages results live in (recording's)
-  std::vector<at::Tensor>* written;             // recording: outside tensors steps may write (for verification)
-  // replay: (fresh result, graph memory), copied after the launch; a deque, since generated code holds
-  // handles to its elements while the host program runs
-  std::deque<std::pair<at::Tensor, at::Tensor>>* copies;  // (fresh, source); source undefined: no copy of its own
-  std::unordered_map<const void*, at::Tensor>* fresh_spans;  // replay: storage -> the fresh copy of its span
-  std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
-  CUgraph graph;         // owned, with its instantiation
-  CUgraphExec exec;
-  CUstream capture_stream;
-  bool capturing;
-  CUstream last_stream;  // of the last replay (the legacy default stream is NULL: hence the flag)
-  bool replayed_before;
-  PyObject* keepalive;    // whatever the graph's memory depends on (runtime/cuda_graphs.py: its memory pool)
-  int64_t replays, divergences, patched_nodes;
-  bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
-};
-
 namespace {
 
-Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
 const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
-const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
 int32_t diverge(Recording* rec, const std::string& why) {
   *rec->failure = why;
@@ -455,192 +321,8 @@ bool same_parameters(const Step& step, const PreparedLaunch& p) {
          step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
 }
 
-// --- The Python type ---------------------------------------------------------------------------------------
-
-void recording_dealloc(PyObject* self) {
-  Recording* rec = as_recording(self);
-  PyObject_GC_UnTrack(self);
-  if (rec->exec != nullptr) driver.destroy_exec(rec->exec);
-  if (rec->graph != nullptr) driver.destroy_graph(rec->graph);
-  delete rec->steps;  // the results first: their memory returns to the graph's pool, which the keepalive frees
-  rec->steps = nullptr;
-  Py_CLEAR(rec->keepalive);
-  delete rec->internal;
-  delete rec->external;
-  delete rec->constants;
-  delete rec->returned;
-  delete rec->written;
-  delete rec->copies;
-  delete rec->fresh_spans;
-  delete rec->failure;
-  Py_TYPE(self)->tp_free(self);
-}
-
-int recording_traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(as_recording(self)->keepalive);
-  return 0;
-}
-
-int recording_clear(PyObject* self) {
-  Recording* rec = as_recording(self);
-  if (rec->steps != nullptr) rec->steps->clear();  // graph memory before the pool that holds it
-  Py_CLEAR(rec->keepalive);
-  return 0;
-}
-
-// GraphRecording(device: int, constants: list[Tensor])
-PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
-  int device = 0;
-  PyObject* constants = nullptr;
-  if (!PyArg_ParseTuple(args, "iO:GraphRecording", &device, &constants)) return nullptr;
-  PyObject* items = PySequence_Fast(constants, "GraphRecording: constants must be a sequence");
-  if (items == nullptr) return nullptr;
-  auto* rec = as_recording(type->tp_alloc(type, 0));
-  if (rec == nullptr) return Py_DECREF(items), nullptr;
-  rec->mode = Mode::kRecord;
-  rec->device = device;
-  rec->steps = new std::vector<Step>();
-  rec->internal = new std::unordered_set<const void*>();
-  rec->external = new std::unordered_set<const void*>();
-  rec->constants = new std::unordered_set<const void*>();
-  rec->returned = new std::unordered_map<const void*, ReturnedSpan>();
-  rec->written = new std::vector<at::Tensor>();
-  rec->copies = new std::deque<std::pair<at::Tensor, at::Tensor>>();
-  rec->fresh_spans = new std::unordered_map<const void*, at::Tensor>();
-  rec->failure = new std::string();
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
-    PyObject* item = PySequence_Fast_GET_ITEM(items, i);
-    if (THPVariable_Check(item)) rec->constants->insert(storage_of(THPVariable_Unpack(item)));
-  }
-  Py_DECREF(items);
-  return reinterpret_cast<PyObject*>(rec);
-}
-
-// begin_capture(keepalive): starts capturing torch's current stream on the recording's device (thread-local
-// mode: only this thread's unsafe calls invalidate it). The caller routes this thread's allocations to a private
-// memory pool, which `keepalive` releases when the recording goes.
-PyObject* recording_begin_capture(PyObject* self, PyObject* keepalive) {
-  Recording* rec = as_recording(self);
-  if (rec->capturing || rec->exec != nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "begin_capture: this recording already captured");
-    return nullptr;
-  }
-  CUstream stream = nullptr;
-  bool capturing = true;
-  if (!trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing) {
-    PyErr_SetString(PyExc_RuntimeError, "begin_capture: torch's current stream is unknown or already capturing");
-    return nullptr;
-  }
-  const CUresult status = driver.begin_capture(stream, kCaptureModeThreadLocal);
-  if (status != 0) return PyErr_Format(PyExc_RuntimeError, "cuStreamBeginCapture failed (CUresult %d)", status);
-  rec->capture_stream = stream;
-  rec->capturing = true;
-  Py_INCREF(keepalive);
-  Py_XSETREF(rec->keepalive, keepalive);
-  Py_RETURN_NONE;
-}
-
-// end_capture() -> None: ends the capture and instantiates the graph; replays from now on. Raises RuntimeError
-// when the capture was invalidated (an operation the stream could not capture) or cannot be instantiated.
-PyObject* recording_end_capture(PyObject* self, PyObject*) {
-  Recording* rec = as_recording(self);
-  if (!rec->capturing) {
-    PyErr_SetString(PyExc_RuntimeError, "end_capture: not capturing");
-    return nullptr;
-  }
-  rec->capturing = false;
-  CUgraph graph = nullptr;
-  CUresult status = driver.end_capture(rec->capture_stream, &graph);
-  if (status != 0 || graph == nullptr) {
-    if (graph != nullptr) driver.destroy_graph(graph);
-    return PyErr_Format(PyExc_RuntimeError, "the stream capture was invalidated (CUresult %d)", status);
-  }
-  rec->graph = graph;
-  status = driver.instantiate(&rec->exec, graph, 0);
-  if (status != 0) {
-    rec->exec = nullptr;
-    return PyErr_Format(PyExc_RuntimeError, "cuGraphInstantiate failed (CUresult %d)", status);
-  }
-  rec->mode = Mode::kReplay;
-  Py_RETURN_NONE;
-}
-
-// written() -> list[Tensor]: the tensors from outside the graph its steps may write (verification snapshots
-// them); forget_written() drops the references once verified.
-PyObject* recording_written(PyObject* self, PyObject*) {
-  const std::vector<at::Tensor>& written = *as_recording(self)->written;
-  PyObject* list = PyList_New(0);
-  if (list == nullptr) return nullptr;
-  std::unordered_set<const void*> seen;
-  for (const at::Tensor& t : written) {
-    if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;
-    PyObject* obj = THPVariable_Wrap(t);
-    if (obj == nullptr || PyList_Append(list, obj) < 0) {
-      Py_XDECREF(obj);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    Py_DECREF(obj);
-  }
-  return list;
-}
-
-PyObject* recording_forget_written(PyObject* self, PyObject*) {
-  as_recording(self)->written->clear();
-  Py_RETURN_NONE;
-}
-
-PyObject* recording_failure(PyObject* self, void*) {
-  const std::string& failure = *as_recording(self)->failure;
-  if (failure.empty()) Py_RETURN_NONE;
-  return PyUnicode_FromString(failure.c_str());
-}
-
-PyObject* recording_counts(PyObject* self, void*) {
-  Recording* rec = as_recording(self);
-  int64_t kernels = 0, opaque = 0, staged = 0;
-  for (const Step& s : *rec->steps) {
-    if (s.kind == StepKind::kKernel) ++kernels;
-    if (s.kind == StepKind::kOpaque) ++opaque;
-    staged += static_cast<int64_t>(s.staged.size());
-  }
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
-                       (long long)opaque, "staged_inputs", (long long)staged, "replays", (long long)rec->replays,
-                       "divergences", (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes);
-}
-
-PyMethodDef recording_methods[] = {
-    {"begin_capture", recording_begin_capture, METH_O, "begin_capture(keepalive): capture torch's current stream"},
-    {"end_capture", recording_end_capture, METH_NOARGS, "end_capture(): end the capture, instantiate, replay from now on"},
-    {"written", recording_written, METH_NOARGS, "outside tensors the recorded steps may write"},
-    {"forget_written", recording_forget_written, METH_NOARGS, "drop the references written() returns"},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-PyGetSetDef recording_getset[] = {
-    {"failure", recording_failure, nullptr, "why the program is not a graph, or why the last replay diverged", nullptr},
-    {"counts", recording_counts, nullptr, "steps, replays, divergences and patched nodes", nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr},
-};
-
 }  // namespace
 
-PyTypeObject RecordingType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
-bool ready_recording_type() {
-  PyTypeObject& t = RecordingType;
-  t.tp_name = "trident.runtime.GraphRecording";
-  t.tp_doc = "GraphRecording(device, constants): a specialization's host program recorded as a CUDA graph";
-  t.tp_basicsize = sizeof(Recording);
-  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  t.tp_new = recording_new;
-  t.tp_dealloc = recording_dealloc;
-  t.tp_traverse = recording_traverse;
-  t.tp_clear = recording_clear;
-  t.tp_methods = recording_methods;
-  t.tp_getset = recording_getset;
-  return PyType_Ready(&t) == 0;
-}
 
 bool resolve_driver(void* libcuda) {
   Driver d;

@@ -67,7 +67,8 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
 // The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.
 bool resolve_driver(void* libcuda);
 
-// The Python types and the entry's replay: module.cpp / entry.cpp.
+// The Recording's Python type (graph_recording.cpp; module.cpp adds it to the module) and the entry's replay
+// (entry.cpp).
 extern PyTypeObject RecordingType;
 bool ready_recording_type();
 enum class ReplayOutcome { kReplayed, kDirect, kNotHere, kError };

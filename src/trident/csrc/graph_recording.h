@@ -1,0 +1,152 @@
+/*
+ * graph_recording.h — what a CUDA graph recording holds (internal): the driver entry points graphs use, the
+ * recorded steps and the Recording object itself. Shared by the engine that records and replays steps
+ * (graph_replay.cpp) and the Recording's Python type (graph_recording.cpp).
+ */
+#ifndef TRIDENT_GRAPH_RECORDING_H
+#define TRIDENT_GRAPH_RECORDING_H
+
+#include "graph_replay.h"
+
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace trident::graphs {
+
+// --- The driver -------------------------------------------------------------------------------------------
+
+using CUresult = int;
+using CUgraphNode = void*;
+using CUgraph = void*;
+using CUgraphExec = void*;
+using CUstream = void*;
+using CUcontext = void*;
+
+// CUDA_KERNEL_NODE_PARAMS (v1) and CUDA_MEMCPY3D, laid out as cuda.h declares them.
+struct KernelNodeParams {
+  void* func;
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  void** kernel_params;
+  void** extra;
+};
+struct Memcpy3D {
+  size_t src_x_bytes, src_y, src_z, src_lod;
+  int src_memory_type;
+  const void* src_host;
+  uint64_t src_device;
+  void* src_array;
+  void* reserved0;
+  size_t src_pitch, src_height;
+  size_t dst_x_bytes, dst_y, dst_z, dst_lod;
+  int dst_memory_type;
+  void* dst_host;
+  uint64_t dst_device;
+  void* dst_array;
+  void* reserved1;
+  size_t dst_pitch, dst_height;
+  size_t width_bytes, height, depth;
+};
+constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
+
+struct Driver {
+  CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
+                     void**) = nullptr;
+  CUresult (*capture_info)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**, size_t*) = nullptr;
+  CUresult (*set_kernel_params)(CUgraphExec, CUgraphNode, const KernelNodeParams*) = nullptr;
+  CUresult (*set_memcpy_params)(CUgraphExec, CUgraphNode, const Memcpy3D*, CUcontext) = nullptr;
+  CUresult (*memcpy_async)(uint64_t, uint64_t, size_t, CUstream) = nullptr;
+  CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*begin_capture)(CUstream, int) = nullptr;
+  CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*destroy_exec)(CUgraphExec) = nullptr;
+  CUresult (*destroy_graph)(CUgraph) = nullptr;
+};
+constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+extern Driver driver;  // resolved by resolve_driver (graph_replay.cpp)
+
+// --- Steps ------------------------------------------------------------------------------------------------
+
+enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
+
+// An argument of an opaque step that lives outside the graph and may move: the step works on a buffer of the
+// graph's, filled by a memcpy node before it (`in`) and, for an argument written in place, copied back by one
+// after it (`out`). Both follow the argument's address by a patch.
+struct StagedInput {
+  int64_t argument;
+  CUgraphNode in;
+  CUgraphNode out;  // null: the argument is only read
+  uint64_t address;  // the argument's address the nodes use now
+  uint64_t buffer;
+  size_t bytes;
+};
+
+struct Step {
+  StepKind kind;
+  const void* identity;
+  std::string name;
+  std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
+  std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
+  std::vector<int64_t> result_arguments;  // per result: the staged argument it is (in-place ops), or -1
+  uint64_t scalar_results = 0;  // bit k: result k is a scalar, whose recorded bits are scalar_bits[k]
+  std::vector<int64_t> scalar_bits;
+  std::vector<StagedInput> staged;
+  uint64_t staged_arguments = 0;  // bit i: argument i is staged
+  // kernel: the node and the parameters it has now
+  CUgraphNode node = nullptr;
+  void* function = nullptr;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block_threads = 0, shared_bytes = 0;
+  std::vector<uint64_t> slots;
+};
+
+enum class Mode { kRecord, kReplay };
+
+// The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
+// results share is handed out as one fresh copy of this span, so the results keep sharing memory as they do
+// directly (a view and its base, q and k of one projection).
+struct ReturnedSpan {
+  int64_t results = 0;
+  int64_t begin = 0, end = 0;  // bytes from the storage's start
+};
+
+struct Recording {
+  PyObject_HEAD
+  Mode mode;
+  int32_t device;
+  std::vector<Step>* steps;
+  size_t cursor;  // replay: the next step
+  std::unordered_set<const void*>* internal;  // storages the graph's steps made (StorageImpl*)
+  std::unordered_set<const void*>* external;  // storages the steps read from outside
+  std::unordered_set<const void*>* constants;  // storages of the specialization's constant tensors
+  std::unordered_map<const void*, ReturnedSpan>* returned;  // internal storages results live in (recording's)
+  std::vector<at::Tensor>* written;             // recording: outside tensors steps may write (for verification)
+  // replay: (fresh result, graph memory), copied after the launch; a deque, since generated code holds
+  // handles to its elements while the host program runs
+  std::deque<std::pair<at::Tensor, at::Tensor>>* copies;  // (fresh, source); source undefined: no copy of its own
+  std::unordered_map<const void*, at::Tensor>* fresh_spans;  // replay: storage -> the fresh copy of its span
+  std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
+  CUgraph graph;         // owned, with its instantiation
+  CUgraphExec exec;
+  CUstream capture_stream;
+  bool capturing;
+  CUstream last_stream;  // of the last replay (the legacy default stream is NULL: hence the flag)
+  bool replayed_before;
+  PyObject* keepalive;    // whatever the graph's memory depends on (runtime/cuda_graphs.py: its memory pool)
+  int64_t replays, divergences, patched_nodes;
+  bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
+};
+
+inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
+inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+}  // namespace trident::graphs
+
+#endif /* TRIDENT_GRAPH_RECORDING_H */
