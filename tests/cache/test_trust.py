@@ -218,6 +218,17 @@ def test_runtime_is_loaded_from_a_trusted_cache(
         assert runtime_folder(cache) == (cache / "runtime" / "torch-x", cache)
 
 
+def test_runtime_under_folders_not_made_yet_is_built_there(
+    tmp_path: Path, runtime_folder: Callable[..., tuple[Path, Path]]
+) -> None:
+    """A fresh machine has no ~/.cache yet: the default cache lies below folders that do not exist."""
+    cache = tmp_path / "home" / ".cache" / "trident"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", trust.UntrustedCacheWarning)
+        assert runtime_folder(cache) == (cache / "runtime" / "torch-x", cache)
+    trust.check(cache / "records" / "a.spec", cache)  # nothing made yet, nothing refused
+
+
 def test_runtime_in_an_untrusted_cache_is_built_privately(
     tmp_path: Path, runtime_folder: Callable[..., tuple[Path, Path]]
 ) -> None:

@@ -90,7 +90,10 @@ def _check_in_cache(path: Path, info: os.stat_result, is_folder: bool) -> None:
 
 def _check_above_root(root: Path) -> None:
     for folder in reversed(root.parents):
-        info = os.stat(folder)
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:  # a fresh machine's ~/.cache: whoever makes it (Trident) makes it private
+            return
         if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
             mode = f"mode {stat.S_IMODE(info.st_mode):04o}"
             raise Untrusted(
