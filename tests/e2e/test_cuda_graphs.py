@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from helpers_native import assert_native
 
 import trident
+import trident.dynamo
 from trident.knobs import override
 from trident.runtime import cuda_graphs
 
@@ -239,6 +240,55 @@ def test_an_operator_returning_ints_beside_its_tensors_replays(form: str) -> Non
     recording = graph_of(with_graphs, 0)
     assert recording is not None, trident.explain(with_graphs)
     assert recording.counts["replays"] >= 4
+
+
+@gpu
+def test_arguments_marked_static_are_read_in_place_and_one_that_moves_runs_directly() -> None:
+    """A small argument an ATen operator reads is staged (a memcpy node per replay) unless it is marked as living
+    at one address (torch._dynamo.mark_static_address; Dynamo marks a module's parameters so). The mark is only
+    trusted as far as a replay checks it: a marked argument that moved runs the call directly, never stale."""
+
+    def f(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + bias)
+
+    x = torch.randn(8, 64, device="cuda")
+    counts = {}
+    for marked in (False, True):
+        bias = torch.randn(64, device="cuda")
+        if marked:
+            torch._dynamo.mark_static_address(bias)
+        with_graphs = jitted(f, True)
+        for _ in range(cuda_graphs.RECORD_AT_HIT + 3):
+            assert same_bits(with_graphs(x.clone(), bias), f(x, bias))
+        recording = graph_of(with_graphs, 0)
+        assert recording is not None, trident.explain(with_graphs)
+        counts[marked] = dict(recording.counts)
+    assert counts[False]["staged_inputs"] == 2 and counts[True]["staged_inputs"] == 1, counts
+    assert counts[True]["replays"] == counts[False]["replays"] >= 3
+    # The marked bias moves: a new tensor (also marked) at another address.
+    moved = torch.randn(64, device="cuda")
+    torch._dynamo.mark_static_address(moved)
+    assert same_bits(with_graphs(x.clone(), moved), f(x, moved))
+    assert recording.counts["divergences"] == 1 and recording.counts["replays"] == counts[True]["replays"]
+
+
+@gpu
+def test_a_compiled_modules_parameters_are_not_staged() -> None:
+    """Through torch.compile(backend="trident") a module's parameters are the graph's arguments, marked static by
+    Dynamo: a replay reads them where they live; only the input itself is staged."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=trident.dynamo.backend, options={"cuda_graphs": True})
+    before = {id(g) for g in trident.dynamo.compiled_graphs()}
+    with torch.no_grad():
+        for _ in range(cuda_graphs.RECORD_AT_HIT + 3):
+            x = torch.randn(4, 64, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
+    (graph,) = [g for g in trident.dynamo.compiled_graphs() if id(g) not in before]
+    recordings = graph.entry.graphs(0)["recordings"]  # type: ignore[attr-defined]
+    assert recordings, trident.explain(graph.entry)  # type: ignore[attr-defined]
+    assert recordings[0].counts["replays"] >= 3 and recordings[0].counts["staged_inputs"] == 1, recordings[0].counts
+    torch._dynamo.reset()
 
 
 def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly() -> None:

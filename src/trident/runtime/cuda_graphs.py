@@ -72,6 +72,16 @@ def _bitwise_equal(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _static_arguments(slots: Sequence[object]) -> list[torch.Tensor]:
+    """Argument tensors marked as living at one address for good: a module's parameters and buffers that
+    torch.compile hands a backend as graph inputs, and tensors the user passed to
+    torch._dynamo.mark_static_address (a static KV cache). The recorder treats them as constants: an opaque
+    operator reads them in place instead of from a staged copy, which would cost a memcpy node per replay.
+    The mark is a promise, not a proof: a replay still compares their addresses, and one that moved runs directly."""
+    return [t for t in pytree.tree_leaves(list(slots))
+            if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is not None]  # fmt: skip
+
+
 def _refuse(fn: JitFunction, index: int, reason: str) -> None:
     _refusals.setdefault(fn, {})[index] = reason
 
@@ -90,6 +100,7 @@ def record(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...]) -
         return entry.run_spec(index, slots, DIRECT, None)
     assert device is not None
     constants = [c for c in fn.specializations[index].compiled.constants if isinstance(c, torch.Tensor)]
+    constants += _static_arguments(slots)
     recording = load_runtime().GraphRecording(device.index or 0, constants)
     failure = _capture(entry, index, slots, recording, device)
     if failure is not None:
