@@ -357,9 +357,11 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
         "ms_eager": statistics.median(eager_ms), "ms_trident": statistics.median(trident_ms), "ms_device": kernel_ms,
         "ms_eager_rounds": eager_ms, "ms_trident_rounds": trident_ms,
     }
-    see_through = [line.strip() for line in trident.explain(jitted).splitlines() if "traced into" in line or "opaque " in line]
+    explained = trident.explain(jitted).splitlines()
+    see_through = [line.strip() for line in explained if "traced into" in line or "opaque " in line]
     if see_through:
         result["see_through"] = see_through
+    result["cuda_graphs"] = [line.strip() for line in explained if "CUDA graph" in line]  # replays, or why not
     if case.name == "flag-gems":  # is gems' eager step right at all? Against plain Hugging Face eager
         plain = flag_gems_reference(device, dtype, inputs)
         result["gems_eager_vs_plain_eager_max_abs_diff"] = plain

@@ -243,6 +243,38 @@ def test_an_operator_returning_ints_beside_its_tensors_replays(form: str) -> Non
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.bool, torch.bfloat16, torch.float64])
+def test_fills_by_the_position_replay_with_their_value_patched(dtype: torch.dtype) -> None:
+    """Tensors filled from the position (sequence lengths as torch.full, cumulative lengths as torch.tensor([0,
+    pos + 1]), an in-place fill_) are memset nodes whose value a replay patches: every position replays, with the
+    direct path's bits (8-byte elements: two strided memsets per tensor)."""
+
+    def f(x: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
+        lengths = torch.full((4,), pos + 1, dtype=dtype, device=x.device)
+        cumulative = torch.tensor([0, pos + 1], device=x.device)
+        scaled = torch.zeros(3, dtype=torch.float32, device=x.device).fill_(pos * 0.25)
+        return x + lengths.to(x.dtype).sum() + cumulative[1] + scaled.sum(), lengths, cumulative
+
+    x = torch.randn(8, device="cuda")
+    with_graphs, direct = jitted(f, True), jitted(f, False)
+    for p in POSITIONS:
+        got, want = with_graphs(x, p), direct(x, p)
+        assert all(same_bits(a, b) for a, b in zip(got, want)), f"position {p}"
+    last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]
+    recording = graph_of(with_graphs, last)
+    assert recording is not None, trident.explain(with_graphs)
+    counts = recording.counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, (counts, trident.explain(with_graphs))
+    assert counts["patched_nodes"] >= counts["replays"], counts
+    if dtype == torch.int8:  # a value the dtype cannot hold: the direct call's own error, as eagerly
+        with pytest.raises(RuntimeError, match="overflow"):
+            f(x, 300)
+        with pytest.raises(RuntimeError, match="overflow"):
+            with_graphs(x, 300)
+        assert same_bits(with_graphs(x, 5)[0], direct(x, 5)[0])
+
+
+@gpu
 def test_arguments_marked_static_are_read_in_place_and_one_that_moves_runs_directly() -> None:
     """A small argument an ATen operator reads is staged (a memcpy node per replay) unless it is marked as living
     at one address (torch._dynamo.mark_static_address; Dynamo marks a module's parameters so). The mark is only

@@ -115,6 +115,7 @@ PyObject* recording_end_capture(PyObject* self, PyObject*) {
     rec->exec = nullptr;
     return PyErr_Format(PyExc_RuntimeError, "cuGraphInstantiate failed (CUresult %d)", status);
   }
+  disable_superseded_fills(rec);
   rec->mode = Mode::kReplay;
   Py_RETURN_NONE;
 }
@@ -152,14 +153,16 @@ PyObject* recording_failure(PyObject* self, void*) {
 
 PyObject* recording_counts(PyObject* self, void*) {
   Recording* rec = as_recording(self);
-  int64_t kernels = 0, opaque = 0, staged = 0;
+  int64_t kernels = 0, opaque = 0, staged = 0, fills = 0;
   for (const Step& s : *rec->steps) {
     if (s.kind == StepKind::kKernel) ++kernels;
     if (s.kind == StepKind::kOpaque) ++opaque;
     staged += static_cast<int64_t>(s.staged.size());
+    if (s.fill.argument >= 0) ++fills;
   }
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
-                       (long long)opaque, "staged_inputs", (long long)staged, "replays", (long long)rec->replays,
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
+                       (long long)opaque, "staged_inputs", (long long)staged, "fills", (long long)fills,
+                       "replays", (long long)rec->replays,
                        "divergences", (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes);
 }
 

@@ -54,6 +54,20 @@ struct Memcpy3D {
   size_t width_bytes, height, depth;
 };
 constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
+// CUDA_MEMSET_NODE_PARAMS
+struct MemsetParams {
+  uint64_t dst;
+  size_t pitch;
+  unsigned value;
+  unsigned element_size;
+  size_t width, height;
+};
+// CUDA_KERNEL_NODE_PARAMS_v2: v1's fields, then the CUkernel launched when func is null, and its context.
+struct KernelNodeParamsV2 {
+  KernelNodeParams v1;
+  void* kernel;
+  CUcontext context;
+};
 
 struct Driver {
   CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
@@ -68,6 +82,18 @@ struct Driver {
   CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
   CUresult (*destroy_exec)(CUgraphExec) = nullptr;
   CUresult (*destroy_graph)(CUgraph) = nullptr;
+  // fills (graph_fills.cpp)
+  CUresult (*memset_d8)(uint64_t, unsigned char, size_t, CUstream) = nullptr;
+  CUresult (*memset_d16)(uint64_t, unsigned short, size_t, CUstream) = nullptr;
+  CUresult (*memset_d32)(uint64_t, unsigned, size_t, CUstream) = nullptr;
+  CUresult (*memset_d2d32)(uint64_t, size_t, unsigned, size_t, size_t, CUstream) = nullptr;
+  CUresult (*get_memset_params)(CUgraphNode, MemsetParams*) = nullptr;
+  CUresult (*set_memset_params)(CUgraphExec, CUgraphNode, const MemsetParams*, CUcontext) = nullptr;
+  CUresult (*kernel_node_params)(CUgraphNode, KernelNodeParamsV2*) = nullptr;
+  CUresult (*function_name)(const char**, void*) = nullptr;
+  CUresult (*kernel_name)(const char**, void*) = nullptr;
+  CUresult (*set_node_enabled)(CUgraphExec, CUgraphNode, unsigned) = nullptr;
+  bool fills = false;  // all of the fill entry points resolved (CUDA 12.3 and later)
 };
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 extern Driver driver;  // resolved by resolve_driver (graph_replay.cpp)
@@ -88,6 +114,18 @@ struct StagedInput {
   size_t bytes;
 };
 
+// An operator that fills its result with a host scalar (aten::full at the position, fill_): the value is written
+// by memset nodes after the operator, whose value a replay patches when the scalar changes, so the scalar is not
+// part of the step's signature. The operator's own fill kernel is disabled in the instantiated graph.
+struct Fill {
+  int64_t argument = -1;  // the value's argument; -1: not a fill
+  at::ScalarType dtype = at::kByte;
+  uint64_t bits = 0;  // the value the nodes write now, as the result's element bits
+  CUgraphNode nodes[2] = {nullptr, nullptr};  // one memset; two (low and high words) for 8-byte elements
+  MemsetParams params[2] = {};
+  CUgraphNode superseded = nullptr;  // the operator's fill kernel, disabled once instantiated
+};
+
 struct Step {
   StepKind kind;
   const void* identity;
@@ -99,6 +137,7 @@ struct Step {
   std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
+  Fill fill;
   // kernel: the node and the parameters it has now
   CUgraphNode node = nullptr;
   void* function = nullptr;
@@ -145,6 +184,27 @@ struct Recording {
 };
 
 inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
+
+// The node the last operation captured on `stream` added (its only dependency for the next one); false when
+// the stream is not capturing or the next operation would depend on more or fewer nodes than one.
+bool last_node(CUstream stream, CUgraphNode* node);
+
+// --- Fills (graph_fills.cpp) ---------------------------------------------------------------------------------
+
+// The argument of operator `name` that holds its fill value, when that is a host scalar (tag INT, DOUBLE or
+// BOOL); -1 otherwise.
+int64_t fill_argument(const char* name, const int64_t* args, int64_t nargs);
+// Recording, right after the operator ran into the capture on `stream`: when `fill_kernel` (the last node the
+// operator added, or null) is ATen's fill kernel and `result` can be written by memset nodes (a non-empty
+// contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and fills
+// step->fill; false otherwise, with the step left a plain opaque one.
+bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
+                 int64_t value, CUgraphNode fill_kernel);
+// Replay: patches the memset nodes when this call's value (tag_word, value) converts to other bits. false when
+// it cannot (the value does not convert, as the direct call would raise; the driver refused): diverge.
+bool replay_fill(Recording* rec, Step* step, int64_t tag_word, int64_t value);
+// After instantiation: disables the operators' own fill kernels, which the memset nodes overwrite.
+void disable_superseded_fills(Recording* rec);
 inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
 }  // namespace trident::graphs

@@ -40,6 +40,17 @@ namespace trident::graphs {
 thread_local Recording* active = nullptr;
 Driver driver;
 
+bool last_node(CUstream stream, CUgraphNode* node) {
+  int status = 0;
+  unsigned long long id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  size_t n = 0;
+  if (driver.capture_info(stream, &status, &id, &graph, &deps, &n) != 0 || status != 1 || n != 1) return false;
+  *node = deps[0];
+  return true;
+}
+
 namespace {
 
 const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
@@ -79,7 +90,9 @@ bool tensor_signature(const at::Tensor& t, bool without_address, std::vector<int
   return true;
 }
 
-bool signature(const int64_t* args, int64_t nargs, uint64_t staged, std::vector<int64_t>* out) {
+// The signature of an operator's inputs; bit i of `free_arguments`: argument i is left out of it but for its tag
+// and layout (a staged input's address, which its memcpy node follows; a fill's value, which its memsets follow).
+bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
   out->clear();
   for (int64_t i = 0; i < nargs; ++i) {
     const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
@@ -89,7 +102,7 @@ bool signature(const int64_t* args, int64_t nargs, uint64_t staged, std::vector<
       case TRIDENT_TAG_TENSOR:
         if (value == 0) {
           out->push_back(-1);
-        } else if (!tensor_signature(tensor_at(value), i < 64 && (staged >> i & 1), out)) {
+        } else if (!tensor_signature(tensor_at(value), i < 64 && (free_arguments >> i & 1), out)) {
           return false;
         }
         break;
@@ -111,7 +124,7 @@ bool signature(const int64_t* args, int64_t nargs, uint64_t staged, std::vector<
         break;
       }
       default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
-        out->push_back(value);
+        out->push_back(i < 64 && (free_arguments >> i & 1) ? 0 : value);
     }
   }
   return true;
@@ -144,18 +157,6 @@ void note_outside(Recording* rec, const at::Tensor& t, bool written) {
 bool capturing_stream(int32_t device, CUstream* stream) {
   bool capturing = false;
   return trident::current_cuda_stream(device, stream, &capturing) && capturing;
-}
-
-// The node the last operation captured on `stream` added (its only dependency for the next one).
-bool last_node(CUstream stream, CUgraphNode* node) {
-  int status = 0;
-  unsigned long long id = 0;
-  CUgraph graph = nullptr;
-  const CUgraphNode* deps = nullptr;
-  size_t n = 0;
-  if (driver.capture_info(stream, &status, &id, &graph, &deps, &n) != 0 || status != 1 || n != 1) return false;
-  *node = deps[0];
-  return true;
 }
 
 constexpr size_t kMaxStagedBytes = 64 * 1024;
@@ -202,6 +203,14 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
     return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
   }
+  // A fill by a host scalar: its value is left out of the signature if memset nodes can follow it.
+  const int64_t fill_value = fill_argument(name, args, nargs);
+  std::vector<int64_t> fill_signature;
+  CUgraphNode before = nullptr;
+  if (fill_value >= 0) {
+    signature(args, nargs, step.staged_arguments | uint64_t{1} << fill_value, &fill_signature);
+    if (!last_node(stream, &before)) before = nullptr;
+  }
   for_each_tensor(args, nargs,
                   [&](int64_t i, const at::Tensor& t) { note_outside(rec, t, i >= 64 || (written >> i & 1)); });
   // The operator itself runs with no recording active: Python it calls (a custom op's kernel, a nested jitted
@@ -210,6 +219,14 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   const int32_t status = run(closure, patched.data(), nargs, rets, nrets);
   active = rec;
   if (status != TRIDENT_OK) return status;
+  if (fill_value >= 0 && nrets == 1 && rets[0] != nullptr) {
+    CUgraphNode fill_kernel = nullptr;
+    if (!last_node(stream, &fill_kernel) || fill_kernel == before) fill_kernel = nullptr;
+    const at::Tensor& result = tensor_at(reinterpret_cast<int64_t>(rets[0]));
+    if (record_fill(&step, stream, result, fill_value, args[2 * fill_value], args[2 * fill_value + 1], fill_kernel)) {
+      step.signature = std::move(fill_signature);
+    }
+  }
   // Written staged arguments go back where they live, after the operator.
   for (StagedInput& staged : step.staged) {
     if (!(written >> staged.argument & 1)) continue;
@@ -282,8 +299,13 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
     return diverge(rec, std::string(name) + " where the recording has " + step.name);
   }
   thread_local std::vector<int64_t> scratch;
-  if (!signature(args, nargs, step.staged_arguments, &scratch) || scratch != step.signature) {
+  const int64_t fill_value = step.fill.argument;
+  const uint64_t free_arguments = step.staged_arguments | (fill_value >= 0 ? uint64_t{1} << fill_value : 0);
+  if (!signature(args, nargs, free_arguments, &scratch) || scratch != step.signature) {
     return diverge(rec, "the inputs of " + step.name + " differ from the recorded ones");
+  }
+  if (fill_value >= 0 && !replay_fill(rec, &step, args[2 * fill_value], args[2 * fill_value + 1])) {
+    return diverge(rec, "the value " + step.name + " fills with could not be patched in");
   }
   for (StagedInput& staged : step.staged) {
     const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());
@@ -337,6 +359,17 @@ bool resolve_driver(void* libcuda) {
                      trident::resolve(libcuda, "cuGraphInstantiateWithFlags", &d.instantiate) &&
                      trident::resolve(libcuda, "cuGraphExecDestroy", &d.destroy_exec) &&
                      trident::resolve(libcuda, "cuGraphDestroy", &d.destroy_graph);
+  // Optional: without them a fill by a changing host scalar diverges, as any opaque step whose inputs differ.
+  d.fills = trident::resolve(libcuda, "cuMemsetD8Async", &d.memset_d8) &&
+            trident::resolve(libcuda, "cuMemsetD16Async", &d.memset_d16) &&
+            trident::resolve(libcuda, "cuMemsetD32Async", &d.memset_d32) &&
+            trident::resolve(libcuda, "cuMemsetD2D32Async", &d.memset_d2d32) &&
+            trident::resolve(libcuda, "cuGraphMemsetNodeGetParams", &d.get_memset_params) &&
+            trident::resolve(libcuda, "cuGraphExecMemsetNodeSetParams", &d.set_memset_params) &&
+            trident::resolve(libcuda, "cuGraphKernelNodeGetParams_v2", &d.kernel_node_params) &&
+            trident::resolve(libcuda, "cuFuncGetName", &d.function_name) &&
+            trident::resolve(libcuda, "cuKernelGetName", &d.kernel_name) &&
+            trident::resolve(libcuda, "cuGraphNodeSetEnabled", &d.set_node_enabled);
   if (found) driver = d;
   return found;
 }
