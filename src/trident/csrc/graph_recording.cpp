@@ -153,15 +153,15 @@ PyObject* recording_failure(PyObject* self, void*) {
 
 PyObject* recording_counts(PyObject* self, void*) {
   Recording* rec = as_recording(self);
-  int64_t kernels = 0, opaque = 0, staged = 0, fills = 0;
+  int64_t kernels = 0, opaque = 0, staged = 0, scalars = 0;
   for (const Step& s : *rec->steps) {
     if (s.kind == StepKind::kKernel) ++kernels;
     if (s.kind == StepKind::kOpaque) ++opaque;
     staged += static_cast<int64_t>(s.staged.size());
-    if (s.fill.argument >= 0) ++fills;
+    if (s.fill.argument >= 0) ++scalars;
   }
   return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
-                       (long long)opaque, "staged_inputs", (long long)staged, "fills", (long long)fills,
+                       (long long)opaque, "staged_inputs", (long long)staged, "host_scalars", (long long)scalars,
                        "replays", (long long)rec->replays,
                        "divergences", (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes);
 }

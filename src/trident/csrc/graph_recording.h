@@ -82,7 +82,7 @@ struct Driver {
   CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
   CUresult (*destroy_exec)(CUgraphExec) = nullptr;
   CUresult (*destroy_graph)(CUgraph) = nullptr;
-  // fills (graph_fills.cpp)
+  // host scalars (graph_scalars.cpp)
   CUresult (*memset_d8)(uint64_t, unsigned char, size_t, CUstream) = nullptr;
   CUresult (*memset_d16)(uint64_t, unsigned short, size_t, CUstream) = nullptr;
   CUresult (*memset_d32)(uint64_t, unsigned, size_t, CUstream) = nullptr;
@@ -93,7 +93,7 @@ struct Driver {
   CUresult (*function_name)(const char**, void*) = nullptr;
   CUresult (*kernel_name)(const char**, void*) = nullptr;
   CUresult (*set_node_enabled)(CUgraphExec, CUgraphNode, unsigned) = nullptr;
-  bool fills = false;  // all of the fill entry points resolved (CUDA 12.3 and later)
+  bool fills = false;  // all of the host scalars' entry points resolved (CUDA 12.3 and later)
 };
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 extern Driver driver;  // resolved by resolve_driver (graph_replay.cpp)
@@ -114,16 +114,18 @@ struct StagedInput {
   size_t bytes;
 };
 
-// An operator that fills its result with a host scalar (aten::full at the position, fill_): the value is written
-// by memset nodes after the operator, whose value a replay patches when the scalar changes, so the scalar is not
-// part of the step's signature. The operator's own fill kernel is disabled in the instantiated graph.
+// A host scalar argument that changes, written by memset nodes a replay patches (graph_scalars.cpp), so that it is
+// not part of the step's signature: a fill's value (aten::full at the position; the memsets write the result
+// after the operator, whose own fill kernel is disabled in the instantiated graph), or the int operand of integer
+// arithmetic (the memsets write a 0-dim stand-in the operator's Tensor overload reads).
 struct Fill {
-  int64_t argument = -1;  // the value's argument; -1: not a fill
+  int64_t argument = -1;  // the scalar's argument; -1: none
   at::ScalarType dtype = at::kByte;
-  uint64_t bits = 0;  // the value the nodes write now, as the result's element bits
+  uint64_t bits = 0;  // the value the nodes write now, as an element of dtype
   CUgraphNode nodes[2] = {nullptr, nullptr};  // one memset; two (low and high words) for 8-byte elements
   MemsetParams params[2] = {};
-  CUgraphNode superseded = nullptr;  // the operator's fill kernel, disabled once instantiated
+  CUgraphNode superseded = nullptr;  // a fill: the operator's fill kernel, disabled once instantiated
+  at::Tensor stand_in;  // arithmetic: the 0-dim operand the memsets write
 };
 
 struct Step {
@@ -189,17 +191,27 @@ inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recordin
 // the stream is not capturing or the next operation would depend on more or fewer nodes than one.
 bool last_node(CUstream stream, CUgraphNode* node);
 
-// --- Fills (graph_fills.cpp) ---------------------------------------------------------------------------------
+// --- Host scalars (graph_scalars.cpp) -----------------------------------------------------------------------
 
-// The argument of operator `name` that holds its fill value, when that is a host scalar (tag INT, DOUBLE or
-// BOOL); -1 otherwise.
-int64_t fill_argument(const char* name, const int64_t* args, int64_t nargs);
+// Which argument of operator `name` is a host scalar memset nodes may follow, and how.
+struct HostScalar {
+  enum Kind { kNone, kFill, kOperand };
+  int64_t argument = -1;
+  Kind kind = kNone;
+};
+HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs);
 // Recording, right after the operator ran into the capture on `stream`: when `fill_kernel` (the last node the
 // operator added, or null) is ATen's fill kernel and `result` can be written by memset nodes (a non-empty
 // contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and fills
 // step->fill; false otherwise, with the step left a plain opaque one.
 bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
                  int64_t value, CUgraphNode fill_kernel);
+// Recording, instead of running the operator: when `name` is integer arithmetic or a comparison (kOperand) on an
+// integral or bool CUDA tensor whose int or bool operand fits the dtype it promotes to, runs its Tensor overload on
+// a 0-dim stand-in written by a memset node on `stream`, sets *result and fills step->fill. false: run the
+// operator as a plain opaque step.
+bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
+                    at::Tensor* result);
 // Replay: patches the memset nodes when this call's value (tag_word, value) converts to other bits. false when
 // it cannot (the value does not convert, as the direct call would raise; the driver refused): diverge.
 bool replay_fill(Recording* rec, Step* step, int64_t tag_word, int64_t value);

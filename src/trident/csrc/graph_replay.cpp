@@ -7,11 +7,13 @@
  *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;
  *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture;
  *    its results are kept (their memory belongs to the graph from then on) with a signature of its inputs:
- *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small contiguous argument
- *    from outside the graph that is not a whole constant (a token tensor, a row of a position table, the row
- *    of a cache written at a position) is staged: a memcpy node copies it into graph memory, the operator works
- *    on the copy, and a second memcpy node copies it back when the operator writes it; both follow the
- *    argument when it moves. An in-place operator's result that is such an argument is the argument itself.
+ *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small argument from outside
+ *    the graph that is not a whole constant (a token tensor, a row of a position table, a column of a block
+ *    table, the row of a cache written at a position) is staged: a memcpy node copies its bytes into graph
+ *    memory, the operator works on the copy, and a second memcpy node copies it back when the operator writes it
+ *    (contiguous ones only); both follow the argument when it moves. An in-place operator's result that is such
+ *    an argument is the argument itself. A host scalar that changes (a fill's value, the integer operand of
+ *    arithmetic) is written by memset nodes a replay patches (graph_scalars.cpp).
  * Views make no device work and run as usual in both modes.
  *
  * Replay. replay() runs the host program again with `active` set: every Triton step computes its launch as
@@ -130,6 +132,34 @@ bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std:
   return true;
 }
 
+// Why an opaque step's inputs differ from the recorded ones, for explain: the first argument whose signature
+// differs, and how.
+std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments) {
+  std::vector<int64_t> one;
+  size_t at = 0;
+  const std::vector<int64_t>& recorded = step.signature;
+  for (int64_t i = 0; i < nargs; ++i) {
+    const std::string which = "argument " + std::to_string(i) + " of " + step.name;
+    if (!signature(args + 2 * i, 1, i < 64 ? free_arguments >> i & 1 : 0, &one)) return which + " is a CPU tensor";
+    const bool same = at + one.size() <= recorded.size() && std::equal(one.begin(), one.end(), recorded.begin() + at);
+    if (!same) {
+      const int64_t tag = args[2 * i] & TRIDENT_ARG_TAG_MASK;
+      // A CUDA tensor's signature: tag word, dtype, device, address, then its layout (tensor_signature).
+      const bool moved = tag == TRIDENT_TAG_TENSOR && one.size() > 4 && at + one.size() <= recorded.size() &&
+                         std::equal(one.begin(), one.begin() + 3, recorded.begin() + at) &&
+                         std::equal(one.begin() + 4, one.end(), recorded.begin() + at + 4);
+      if (moved) return which + " moved (a tensor at another address)";
+      if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && one.size() == 2 && at + 2 <= recorded.size() &&
+          recorded[at] == one[0]) {
+        return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
+      }
+      return which + " differs (its type, dtype, value or layout)";
+    }
+    at += one.size();
+  }
+  return step.name + " has other inputs than recorded";
+}
+
 void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f) {
   for (int64_t i = 0; i < nargs; ++i) {
     const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
@@ -159,17 +189,40 @@ bool capturing_stream(int32_t device, CUstream* stream) {
   return trident::current_cuda_stream(device, stream, &capturing) && capturing;
 }
 
-constexpr size_t kMaxStagedBytes = 64 * 1024;
+// The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
+void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  *begin = t.storage_offset() * item;
+  *end = *begin;
+  if (t.numel() == 0) return;
+  int64_t last = 0;  // the offset of the last element, in elements (strides of a result are not negative)
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  *end = *begin + (last + 1) * item;
+}
 
-// Recording: whether input `t` of an opaque step is read from outside the graph, may move between calls and
-// is cheap to copy in (see the file comment).
-bool stageable(const Recording* rec, const at::Tensor& t) {
-  if (!t.is_cuda() || !t.is_contiguous() || t.nbytes() > kMaxStagedBytes || t.numel() == 0) return false;
+constexpr int64_t kMaxStagedBytes = 64 * 1024;
+
+// Recording: whether argument `i` of an opaque step, tensor `t`, is read from outside the graph, may move between
+// calls and is cheap to copy in (see the file comment). The copy is of the bytes from its first element to its
+// last, so a strided view (a column of a block table) stages as it is. An argument the operator writes is staged
+// only when contiguous, and no argument is staged whose storage another argument shares: its copy would stop
+// sharing memory with the other.
+bool stageable(const Recording* rec, const at::Tensor& t, int64_t i, bool written, const int64_t* args,
+               int64_t nargs) {
+  if (!t.is_cuda() || t.numel() == 0 || (written && !t.is_contiguous())) return false;
+  int64_t begin = 0, end = 0;
+  byte_span(t, &begin, &end);
+  if (end - begin > kMaxStagedBytes) return false;
   const void* storage = storage_of(t);
   if (rec->internal->count(storage) != 0) return false;
   const bool whole_constant = rec->constants->count(storage) != 0 && t.storage_offset() == 0 &&
                               static_cast<size_t>(t.nbytes()) == t.storage().nbytes();
-  return !whole_constant;
+  if (whole_constant) return false;
+  bool shared = false;
+  for_each_tensor(args, nargs, [&](int64_t k, const at::Tensor& other) {
+    shared = shared || (k != i && storage_of(other) == storage);
+  });
+  return !shared;
 }
 
 int32_t record_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
@@ -186,15 +239,20 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   for (int64_t i = 0; i < nargs && i < 64; ++i) {
     if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0) continue;
     const at::Tensor& t = tensor_at(args[2 * i + 1]);
-    if (!stageable(rec, t)) continue;
-    at::Tensor copy = at::empty_like(t, at::MemoryFormat::Contiguous);
+    if (!stageable(rec, t, i, (written >> i & 1) != 0, args, nargs)) continue;
+    // The copy has the argument's strides, over a buffer of the bytes from its first element to its last.
+    int64_t begin = 0, end = 0;
+    byte_span(t, &begin, &end);
+    const size_t bytes = static_cast<size_t>(end - begin);
+    const at::Tensor span = at::empty({end - begin}, t.options().dtype(at::kByte));
+    at::Tensor copy = at::empty({0}, t.options()).set_(span.storage(), 0, t.sizes(), t.strides());
     const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
     const uint64_t buffer = reinterpret_cast<uintptr_t>(copy.data_ptr());
     CUgraphNode in = nullptr;
-    if (driver.memcpy_async(buffer, address, t.nbytes(), stream) != 0 || !last_node(stream, &in)) {
+    if (driver.memcpy_async(buffer, address, bytes, stream) != 0 || !last_node(stream, &in)) {
       return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
     }
-    step.staged.push_back({i, in, nullptr, address, buffer, static_cast<size_t>(t.nbytes())});
+    step.staged.push_back({i, in, nullptr, address, buffer, bytes});
     step.staged_arguments |= uint64_t{1} << i;
     buffers.push_back(copy);
     patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
@@ -203,12 +261,12 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
     return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
   }
-  // A fill by a host scalar: its value is left out of the signature if memset nodes can follow it.
-  const int64_t fill_value = fill_argument(name, args, nargs);
-  std::vector<int64_t> fill_signature;
+  // A host scalar memset nodes can follow (graph_scalars.cpp) is left out of the signature.
+  const HostScalar scalar = host_scalar(name, args, nargs);
+  std::vector<int64_t> scalar_signature;
   CUgraphNode before = nullptr;
-  if (fill_value >= 0) {
-    signature(args, nargs, step.staged_arguments | uint64_t{1} << fill_value, &fill_signature);
+  if (scalar.kind != HostScalar::kNone) {
+    signature(args, nargs, step.staged_arguments | uint64_t{1} << scalar.argument, &scalar_signature);
     if (!last_node(stream, &before)) before = nullptr;
   }
   for_each_tensor(args, nargs,
@@ -216,17 +274,24 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   // The operator itself runs with no recording active: Python it calls (a custom op's kernel, a nested jitted
   // function) runs as it would outside, into the same capture.
   active = nullptr;
-  const int32_t status = run(closure, patched.data(), nargs, rets, nrets);
+  int32_t status = TRIDENT_OK;
+  at::Tensor operand_result;
+  if (scalar.kind == HostScalar::kOperand && nrets == 1 &&
+      record_operand(&step, stream, name, patched.data(), nargs, &operand_result)) {
+    rets[0] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(std::move(operand_result)));
+  } else {
+    status = run(closure, patched.data(), nargs, rets, nrets);
+  }
   active = rec;
   if (status != TRIDENT_OK) return status;
-  if (fill_value >= 0 && nrets == 1 && rets[0] != nullptr) {
+  if (scalar.kind == HostScalar::kFill && nrets == 1 && rets[0] != nullptr) {
     CUgraphNode fill_kernel = nullptr;
     if (!last_node(stream, &fill_kernel) || fill_kernel == before) fill_kernel = nullptr;
     const at::Tensor& result = tensor_at(reinterpret_cast<int64_t>(rets[0]));
-    if (record_fill(&step, stream, result, fill_value, args[2 * fill_value], args[2 * fill_value + 1], fill_kernel)) {
-      step.signature = std::move(fill_signature);
-    }
+    const int64_t a = scalar.argument;
+    record_fill(&step, stream, result, a, args[2 * a], args[2 * a + 1], fill_kernel);
   }
+  if (step.fill.argument >= 0) step.signature = std::move(scalar_signature);
   // Written staged arguments go back where they live, after the operator.
   for (StagedInput& staged : step.staged) {
     if (!(written >> staged.argument & 1)) continue;
@@ -302,7 +367,7 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   const int64_t fill_value = step.fill.argument;
   const uint64_t free_arguments = step.staged_arguments | (fill_value >= 0 ? uint64_t{1} << fill_value : 0);
   if (!signature(args, nargs, free_arguments, &scratch) || scratch != step.signature) {
-    return diverge(rec, "the inputs of " + step.name + " differ from the recorded ones");
+    return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
   }
   if (fill_value >= 0 && !replay_fill(rec, &step, args[2 * fill_value], args[2 * fill_value + 1])) {
     return diverge(rec, "the value " + step.name + " fills with could not be patched in");
@@ -438,17 +503,6 @@ int32_t unsupported(const std::string& why) {
 }
 
 namespace {
-
-// The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
-void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
-  const int64_t item = static_cast<int64_t>(t.element_size());
-  *begin = t.storage_offset() * item;
-  *end = *begin;
-  if (t.numel() == 0) return;
-  int64_t last = 0;  // the offset of the last element, in elements (strides of a result are not negative)
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  *end = *begin + (last + 1) * item;
-}
 
 // Replay: result `r`, which shares its storage with another result, as a view of one fresh copy of the storage's
 // recorded span (made for the first of them, copied after the launch). Undefined when `r` lies outside the span

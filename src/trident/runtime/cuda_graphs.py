@@ -188,8 +188,8 @@ def describe(fn: JitFunction, index: int) -> list[str]:
     for recording in graphs["recordings"]:
         c = recording.counts
         text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
-                f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), {c['fills']} fill(s) "
-                f"by a host scalar); "
+                f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), {c['host_scalars']} "
+                f"host scalar(s) written by memset nodes); "
                 f"{c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
         if c["divergences"] and recording.failure:
             text += f"; last divergence: {recording.failure}"

@@ -1,0 +1,253 @@
+/*
+ * graph_scalars.cpp — host scalars that change every call (the position), written into a graph by memset nodes
+ * that a replay patches, instead of diverging.
+ *
+ * An ATen kernel takes its scalar operands by parameter, which no patch may follow (the kernel's parameters are
+ * not Trident's), so an opaque step whose scalar changes diverged on every call. Two kinds of operators are
+ * followed instead; the first replay of each recording is proven against the direct run like every other
+ * (runtime/cuda_graphs.py).
+ *
+ * Fills. A decode step often builds a small device tensor from the position: `torch.full((batch,), pos + 1)`
+ * for the sequence lengths, `torch.tensor([0, pos + 1])` for cumulative lengths (a full per element, then a
+ * cat). Every element gets `value.to<scalar_t>()`, as ATen's fill kernel computes it, so the recording adds
+ * memset nodes writing those bits right after the operator and disables the operator's own fill kernel in the
+ * instantiated graph.
+ *
+ * Integer arithmetic and comparisons (`slots + pos % block_size` for a paged cache, `arange <= pos` for a
+ * causal mask). With an integral or bool tensor and an int or bool operand the result is exact whether the
+ * operand reaches the kernel by parameter or from device memory, so the recording runs the operator's Tensor
+ * overload on a 0-dim stand-in of the result's dtype that a memset node writes (its type promotion is the
+ * scalar's: the stand-in has the dtype the scalar promotes to).
+ *
+ * A replay patches the memset nodes (cuGraphExecMemsetNodeSetParams) when the scalar converts to other bits,
+ * and diverges when it does not convert (the direct call then does what eager does: raise for a fill).
+ */
+#include "graph_recording.h"
+
+#include <cstring>
+
+#include <ATen/Dispatch.h>
+
+namespace trident::graphs {
+
+namespace {
+
+struct FillOperator {
+  const char* name;
+  int64_t value_argument;
+};
+
+// The operators whose every result element is their value argument (schema order of arguments).
+constexpr FillOperator kFillOperators[] = {
+    {"aten::full", 1}, {"aten::full_like", 1}, {"aten::new_full", 2}, {"aten::fill_.Scalar", 1},
+    {"aten::scalar_tensor", 0},
+};
+
+// The bits `value` has as an element of `dtype`, converted as ATen's fill kernel converts it; false when it does
+// not convert (an overflow, which the direct call raises) or the dtype is not one a fill dispatches.
+at::Scalar scalar_argument(int64_t tag_word, int64_t value);
+
+bool element_bits(at::ScalarType dtype, int64_t tag_word, int64_t value, uint64_t* bits) {
+  const at::Scalar scalar = scalar_argument(tag_word, value);
+  try {
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "trident_graph_fill", [&] {
+      const scalar_t element = scalar.to<scalar_t>();
+      *bits = 0;
+      std::memcpy(bits, &element, sizeof element);
+    });
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+// What memset node k of an element `item` bytes wide writes: the element itself, or for 8-byte elements its low
+// (k = 0) or high (k = 1) 4-byte word.
+unsigned node_value(size_t item, int k, uint64_t bits) {
+  switch (item) {
+    case 1: return static_cast<unsigned>(bits & 0xffu);
+    case 2: return static_cast<unsigned>(bits & 0xffffu);
+    case 8: return static_cast<unsigned>(k == 0 ? bits & 0xffffffffu : bits >> 32);
+    default: return static_cast<unsigned>(bits & 0xffffffffu);
+  }
+}
+
+// Whether graph node `node` is ATen's own fill kernel (at::native::FillFunctor<T> among the template arguments of
+// its mangled name, where at::native is usually a substitution, hence only the functor's own name): the
+// memsets replace exactly its work. A library that overrides the operator (a Triton fill) may convert the value
+// its own way; its kernel stays, and the step stays opaque.
+bool is_atens_fill_kernel(CUgraphNode node) {
+  KernelNodeParamsV2 params{};
+  const char* name = nullptr;
+  if (node == nullptr || driver.kernel_node_params(node, &params) != 0) return false;
+  const CUresult named = params.v1.func != nullptr ? driver.function_name(&name, params.v1.func)
+                                                  : driver.kernel_name(&name, params.kernel);
+  return named == 0 && name != nullptr && std::strstr(name, "11FillFunctorI") != nullptr;
+}
+
+// Adds the memset nodes writing fill->bits to `count` elements of `item` bytes at `dst` on `stream`: one memset
+// of the element's width; 8-byte elements as two 4-byte words (memsets stop at 4 bytes): a strided memset of
+// every element's low word, then of every high word (a single element: two plain 1-word memsets). false when the
+// driver refused one; the step then stays opaque (its value in its signature, so it replays only that value),
+// and a memset already added writes bits the operator writes too.
+bool add_memsets(Fill* fill, uint64_t dst, size_t count, size_t item, CUstream stream) {
+  const int nodes = item == 8 ? 2 : 1;
+  for (int k = 0; k < nodes; ++k) {
+    const unsigned word = node_value(item, k, fill->bits);
+    CUresult status = 1;
+    switch (item) {
+      case 1: status = driver.memset_d8(dst, static_cast<unsigned char>(word), count, stream); break;
+      case 2: status = driver.memset_d16(dst, static_cast<unsigned short>(word), count, stream); break;
+      case 4: status = driver.memset_d32(dst, word, count, stream); break;
+      case 8:
+        status = count == 1 ? driver.memset_d32(dst + 4 * k, word, 1, stream)
+                            : driver.memset_d2d32(dst + 4 * k, 8, word, 1, count, stream);
+        break;
+      default: return false;
+    }
+    if (status != 0 || !last_node(stream, &fill->nodes[k]) ||
+        driver.get_memset_params(fill->nodes[k], &fill->params[k]) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+enum class Arithmetic { kAdd, kSub, kRsub, kMul, kEq, kNe, kLt, kLe, kGt, kGe };
+
+struct ArithmeticOperator {
+  const char* name;
+  Arithmetic op;
+};
+
+// Operators (self, other[, alpha]) whose Scalar overload equals the Tensor overload on a 0-dim `other` of the
+// dtype the scalar promotes to, for integral and bool tensors and int and bool scalars.
+constexpr ArithmeticOperator kArithmeticOperators[] = {
+    {"aten::add.Scalar", Arithmetic::kAdd}, {"aten::sub.Scalar", Arithmetic::kSub},
+    {"aten::rsub.Scalar", Arithmetic::kRsub}, {"aten::mul.Scalar", Arithmetic::kMul},
+    {"aten::eq.Scalar", Arithmetic::kEq}, {"aten::ne.Scalar", Arithmetic::kNe}, {"aten::lt.Scalar", Arithmetic::kLt},
+    {"aten::le.Scalar", Arithmetic::kLe}, {"aten::gt.Scalar", Arithmetic::kGt}, {"aten::ge.Scalar", Arithmetic::kGe},
+};
+
+const ArithmeticOperator* arithmetic_operator(const char* name) {
+  for (const ArithmeticOperator& op : kArithmeticOperators) {
+    if (std::strcmp(name, op.name) == 0) return &op;
+  }
+  return nullptr;
+}
+
+at::Scalar scalar_argument(int64_t tag_word, int64_t value) {
+  switch (tag_word & TRIDENT_ARG_TAG_MASK) {
+    case TRIDENT_TAG_DOUBLE: {
+      double d = 0;
+      std::memcpy(&d, &value, sizeof d);
+      return at::Scalar(d);
+    }
+    case TRIDENT_TAG_BOOL: return at::Scalar(value != 0);
+    default: return at::Scalar(value);
+  }
+}
+
+at::Tensor apply(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  switch (op) {
+    case Arithmetic::kAdd: return at::add(self, other, alpha);
+    case Arithmetic::kSub: return at::sub(self, other, alpha);
+    case Arithmetic::kRsub: return at::rsub(self, other, alpha);
+    case Arithmetic::kMul: return at::mul(self, other);
+    case Arithmetic::kEq: return at::eq(self, other);
+    case Arithmetic::kNe: return at::ne(self, other);
+    case Arithmetic::kLt: return at::lt(self, other);
+    case Arithmetic::kLe: return at::le(self, other);
+    case Arithmetic::kGt: return at::gt(self, other);
+    case Arithmetic::kGe: return at::ge(self, other);
+  }
+  return at::Tensor();
+}
+
+}  // namespace
+
+HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
+  if (!driver.fills) return {};
+  for (const FillOperator& op : kFillOperators) {
+    if (std::strcmp(name, op.name) != 0 || op.value_argument >= nargs) continue;
+    const int64_t tag = args[2 * op.value_argument] & TRIDENT_ARG_TAG_MASK;
+    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_DOUBLE || tag == TRIDENT_TAG_BOOL) {
+      return {op.value_argument, HostScalar::kFill};
+    }
+  }
+  if (arithmetic_operator(name) != nullptr && nargs >= 2 && (args[0] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_TENSOR) {
+    const int64_t tag = args[2] & TRIDENT_ARG_TAG_MASK;
+    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) return {1, HostScalar::kOperand};
+  }
+  return {};
+}
+
+bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
+                    at::Tensor* result) {
+  const ArithmeticOperator* op = arithmetic_operator(name);
+  if (op == nullptr || args[1] == 0) return false;
+  const at::Tensor& self = *reinterpret_cast<const at::Tensor*>(args[1]);
+  const at::Scalar other = scalar_argument(args[2], args[3]);
+  if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
+  const at::ScalarType promoted = at::result_type(self, other);
+  if (!at::isIntegralType(promoted, /*includeBool=*/true)) return false;
+  Fill fill;
+  fill.argument = 1;
+  fill.dtype = promoted;
+  if (!element_bits(promoted, args[2], args[3], &fill.bits)) return false;  // the operand does not fit its dtype
+  const at::Tensor stand_in = at::empty({}, self.options().dtype(promoted));
+  if (!add_memsets(&fill, reinterpret_cast<uintptr_t>(stand_in.const_data_ptr()), 1, stand_in.element_size(), stream)) {
+    return false;
+  }
+  const at::Scalar alpha = nargs >= 3 ? scalar_argument(args[4], args[5]) : at::Scalar(1);
+  *result = apply(op->op, self, stand_in, alpha);
+  fill.stand_in = stand_in;
+  step->fill = fill;
+  return true;
+}
+
+bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
+                 int64_t value, CUgraphNode fill_kernel) {
+  if (!result.defined() || !result.is_cuda() || !result.is_contiguous() || result.numel() == 0 ||
+      !is_atens_fill_kernel(fill_kernel)) {
+    return false;
+  }
+  const size_t count = static_cast<size_t>(result.numel()), item = result.element_size();
+  Fill fill;
+  fill.argument = argument;
+  fill.dtype = result.scalar_type();
+  if (!element_bits(fill.dtype, tag_word, value, &fill.bits)) return false;
+  if (!add_memsets(&fill, reinterpret_cast<uintptr_t>(result.const_data_ptr()), count, item, stream)) return false;
+  fill.superseded = fill_kernel;
+  step->fill = fill;
+  return true;
+}
+
+bool replay_fill(Recording* rec, Step* step, int64_t tag_word, int64_t value) {
+  Fill& fill = step->fill;
+  uint64_t bits = 0;
+  if (!element_bits(fill.dtype, tag_word, value, &bits)) return false;
+  if (bits == fill.bits) return true;
+  CUcontext context = nullptr;
+  if (!trident::current_cuda_context(&context)) return false;
+  const size_t item = c10::elementSize(fill.dtype);
+  for (int k = 0; k < 2 && fill.nodes[k] != nullptr; ++k) {
+    MemsetParams params = fill.params[k];
+    params.value = node_value(item, k, bits);
+    if (params.value == fill.params[k].value) continue;
+    if (driver.set_memset_params(rec->exec, fill.nodes[k], &params, context) != 0) return false;
+    fill.params[k] = params;
+    ++rec->patched_nodes;
+  }
+  fill.bits = bits;
+  return true;
+}
+
+void disable_superseded_fills(Recording* rec) {
+  for (const Step& step : *rec->steps) {
+    // Failing to disable one leaves it running before its memsets: slower, not wrong.
+    if (step.fill.superseded != nullptr) driver.set_node_enabled(rec->exec, step.fill.superseded, 0);
+  }
+}
+
+}  // namespace trident::graphs
