@@ -265,7 +265,7 @@ def test_fills_by_the_position_replay_with_their_value_patched(dtype: torch.dtyp
     recording = graph_of(with_graphs, last)
     assert recording is not None, trident.explain(with_graphs)
     counts = recording.counts
-    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, (counts, trident.explain(with_graphs))
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, trident.explain(with_graphs)
     assert counts["patched_nodes"] >= counts["replays"], counts
     if dtype == torch.int8:  # a value the dtype cannot hold: the direct call's own error, as eagerly
         with pytest.raises(RuntimeError, match="overflow"):
@@ -316,9 +316,11 @@ def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_say
     for p in range(1, 41):
         assert same_bits(with_graphs(x, p), direct(x, p)), f"position {p}"
     graphs = with_graphs._trident.entry.graphs(1)  # type: ignore[attr-defined]
-    assert len(graphs["recordings"]) == 3 and not graphs["off"] and graphs["replays"] >= 30, trident.explain(with_graphs)
+    text = trident.explain(with_graphs)
+    assert len(graphs["recordings"]) == 3 and not graphs["off"] and graphs["replays"] >= 30, text
     failures = [r.failure for r in graphs["recordings"] if r.failure]
-    assert failures and all(re.search(r"argument 1 of aten::mul\.Scalar is \d, recorded \d", f) for f in failures), failures
+    assert failures, text
+    assert all(re.search(r"argument 1 of aten::mul\.Scalar is \d, recorded \d", f) for f in failures), failures
 
 
 @gpu

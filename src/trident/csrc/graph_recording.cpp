@@ -158,7 +158,7 @@ PyObject* recording_counts(PyObject* self, void*) {
     if (s.kind == StepKind::kKernel) ++kernels;
     if (s.kind == StepKind::kOpaque) ++opaque;
     staged += static_cast<int64_t>(s.staged.size());
-    if (s.fill.argument >= 0) ++scalars;
+    if (s.followed.argument >= 0) ++scalars;
   }
   return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
                        (long long)opaque, "staged_inputs", (long long)staged, "host_scalars", (long long)scalars,

@@ -9,6 +9,7 @@
 #include "graph_replay.h"
 
 #include <deque>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -93,7 +94,7 @@ struct Driver {
   CUresult (*function_name)(const char**, void*) = nullptr;
   CUresult (*kernel_name)(const char**, void*) = nullptr;
   CUresult (*set_node_enabled)(CUgraphExec, CUgraphNode, unsigned) = nullptr;
-  bool fills = false;  // all of the host scalars' entry points resolved (CUDA 12.3 and later)
+  bool memsets = false;  // all of the host scalars' entry points resolved (CUDA 12.3 and later)
 };
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 extern Driver driver;  // resolved by resolve_driver (graph_replay.cpp)
@@ -118,7 +119,7 @@ struct StagedInput {
 // not part of the step's signature: a fill's value (aten::full at the position; the memsets write the result
 // after the operator, whose own fill kernel is disabled in the instantiated graph), or the int operand of integer
 // arithmetic (the memsets write a 0-dim stand-in the operator's Tensor overload reads).
-struct Fill {
+struct FollowedScalar {
   int64_t argument = -1;  // the scalar's argument; -1: none
   at::ScalarType dtype = at::kByte;
   uint64_t bits = 0;  // the value the nodes write now, as an element of dtype
@@ -139,7 +140,7 @@ struct Step {
   std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
-  Fill fill;
+  FollowedScalar followed;
   // kernel: the node and the parameters it has now
   CUgraphNode node = nullptr;
   void* function = nullptr;
@@ -186,6 +187,23 @@ struct Recording {
 };
 
 inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
+inline const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
+
+// --- Signatures (graph_signature.cpp) ------------------------------------------------------------------------
+
+// The signature of an operator's inputs (tag words, then per argument what its work depends on besides memory
+// contents); false when an argument is a tensor a graph cannot stand for (a CPU tensor with more than one element
+// is read by the host when the operator runs). Bit i of `free_arguments`: argument i is left out but for its tag
+// and layout (a staged input's address, which its memcpy node follows; a followed scalar's value, which its
+// memsets follow).
+bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out);
+// Why an opaque step's inputs differ from its recorded signature, for explain: the first argument that differs,
+// and how.
+std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments);
+// Calls f(argument index, tensor) for every tensor among the arguments, list items included.
+void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f);
+// The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
+void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end);
 
 // The node the last operation captured on `stream` added (its only dependency for the next one); false when
 // the stream is not capturing or the next operation would depend on more or fewer nodes than one.
@@ -202,19 +220,19 @@ struct HostScalar {
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs);
 // Recording, right after the operator ran into the capture on `stream`: when `fill_kernel` (the last node the
 // operator added, or null) is ATen's fill kernel and `result` can be written by memset nodes (a non-empty
-// contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and fills
-// step->fill; false otherwise, with the step left a plain opaque one.
+// contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and sets
+// step->followed; false otherwise, with the step left a plain opaque one.
 bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
                  int64_t value, CUgraphNode fill_kernel);
 // Recording, instead of running the operator: when `name` is integer arithmetic or a comparison (kOperand) on an
 // integral or bool CUDA tensor whose int or bool operand fits the dtype it promotes to, runs its Tensor overload on
-// a 0-dim stand-in written by a memset node on `stream`, sets *result and fills step->fill. false: run the
+// a 0-dim stand-in written by a memset node on `stream`, sets *result and step->followed. false: run the
 // operator as a plain opaque step.
 bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
                     at::Tensor* result);
 // Replay: patches the memset nodes when this call's value (tag_word, value) converts to other bits. false when
 // it cannot (the value does not convert, as the direct call would raise; the driver refused): diverge.
-bool replay_fill(Recording* rec, Step* step, int64_t tag_word, int64_t value);
+bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_t value);
 // After instantiation: disables the operators' own fill kernels, which the memset nodes overwrite.
 void disable_superseded_fills(Recording* rec);
 inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }

@@ -26,7 +26,8 @@
  *
  * The Recording (graph_recording.h; its Python type: graph_recording.cpp) owns what a graph holds for good: the
  * graph and its instantiation, node parameters, its results and staging buffers (their memory is the pool's,
- * which its Python keepalive releases after them).
+ * which its Python keepalive releases after them). Input signatures: graph_signature.cpp; host scalars followed
+ * by memset nodes: graph_scalars.cpp.
  */
 #include "graph_recording.h"
 
@@ -55,8 +56,6 @@ bool last_node(CUstream stream, CUgraphNode* node) {
 
 namespace {
 
-const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
-
 int32_t diverge(Recording* rec, const std::string& why) {
   *rec->failure = why;
   trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: CUDA graph replay diverged: " + why).c_str());
@@ -67,112 +66,6 @@ int32_t refuse(Recording* rec, const std::string& why) {
   if (rec->failure->empty()) *rec->failure = why;
   trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: not recordable as a CUDA graph: " + why).c_str());
   return TRIDENT_ERROR;
-}
-
-// The signature of one tensor: what an operator's work depends on besides memory contents. false: a tensor a
-// graph cannot stand for (a CPU tensor with more than one element is read by the host when the op runs).
-bool tensor_signature(const at::Tensor& t, bool without_address, std::vector<int64_t>* out) {
-  if (!t.defined()) {
-    out->push_back(-1);
-    return true;
-  }
-  out->push_back(static_cast<int64_t>(t.scalar_type()));
-  if (!t.is_cuda()) {
-    if (t.dim() != 0 || t.device().type() != c10::DeviceType::CPU) return false;
-    int64_t bits = 0;
-    std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof bits));
-    out->push_back(bits);
-    return true;
-  }
-  out->push_back(t.device().index());
-  out->push_back(without_address ? 0 : reinterpret_cast<intptr_t>(t.const_data_ptr()));
-  out->push_back(t.dim());
-  for (int64_t s : t.sizes()) out->push_back(s);
-  for (int64_t s : t.strides()) out->push_back(s);
-  return true;
-}
-
-// The signature of an operator's inputs; bit i of `free_arguments`: argument i is left out of it but for its tag
-// and layout (a staged input's address, which its memcpy node follows; a fill's value, which its memsets follow).
-bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
-  out->clear();
-  for (int64_t i = 0; i < nargs; ++i) {
-    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
-    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
-    out->push_back(tag_word);
-    switch (tag) {
-      case TRIDENT_TAG_TENSOR:
-        if (value == 0) {
-          out->push_back(-1);
-        } else if (!tensor_signature(tensor_at(value), i < 64 && (free_arguments >> i & 1), out)) {
-          return false;
-        }
-        break;
-      case TRIDENT_TAG_TENSOR_LIST:
-      case TRIDENT_TAG_OPT_TENSOR_LIST: {
-        const auto* items = reinterpret_cast<const int64_t*>(value);
-        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
-          if (items[k] == 0) {
-            out->push_back(-1);
-          } else if (!tensor_signature(tensor_at(items[k]), false, out)) {
-            return false;
-          }
-        }
-        break;
-      }
-      case TRIDENT_TAG_INT_LIST: {
-        const auto* items = reinterpret_cast<const int64_t*>(value);
-        out->insert(out->end(), items, items + (tag_word >> TRIDENT_ARG_LENGTH_SHIFT));
-        break;
-      }
-      default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
-        out->push_back(i < 64 && (free_arguments >> i & 1) ? 0 : value);
-    }
-  }
-  return true;
-}
-
-// Why an opaque step's inputs differ from the recorded ones, for explain: the first argument whose signature
-// differs, and how.
-std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments) {
-  std::vector<int64_t> one;
-  size_t at = 0;
-  const std::vector<int64_t>& recorded = step.signature;
-  for (int64_t i = 0; i < nargs; ++i) {
-    const std::string which = "argument " + std::to_string(i) + " of " + step.name;
-    if (!signature(args + 2 * i, 1, i < 64 ? free_arguments >> i & 1 : 0, &one)) return which + " is a CPU tensor";
-    const bool same = at + one.size() <= recorded.size() && std::equal(one.begin(), one.end(), recorded.begin() + at);
-    if (!same) {
-      const int64_t tag = args[2 * i] & TRIDENT_ARG_TAG_MASK;
-      // A CUDA tensor's signature: tag word, dtype, device, address, then its layout (tensor_signature).
-      const bool moved = tag == TRIDENT_TAG_TENSOR && one.size() > 4 && at + one.size() <= recorded.size() &&
-                         std::equal(one.begin(), one.begin() + 3, recorded.begin() + at) &&
-                         std::equal(one.begin() + 4, one.end(), recorded.begin() + at + 4);
-      if (moved) return which + " moved (a tensor at another address)";
-      if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && one.size() == 2 && at + 2 <= recorded.size() &&
-          recorded[at] == one[0]) {
-        return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
-      }
-      return which + " differs (its type, dtype, value or layout)";
-    }
-    at += one.size();
-  }
-  return step.name + " has other inputs than recorded";
-}
-
-void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f) {
-  for (int64_t i = 0; i < nargs; ++i) {
-    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
-    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
-    if (tag == TRIDENT_TAG_TENSOR && value != 0) {
-      f(i, tensor_at(value));
-    } else if (tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) {
-      const auto* items = reinterpret_cast<const int64_t*>(value);
-      for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
-        if (items[k] != 0) f(i, tensor_at(items[k]));
-      }
-    }
-  }
 }
 
 // Recording: notes a tensor a step gets from outside the graph (memory no step made), and keeps it for the proof
@@ -187,17 +80,6 @@ void note_outside(Recording* rec, const at::Tensor& t, bool written) {
 bool capturing_stream(int32_t device, CUstream* stream) {
   bool capturing = false;
   return trident::current_cuda_stream(device, stream, &capturing) && capturing;
-}
-
-// The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
-void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
-  const int64_t item = static_cast<int64_t>(t.element_size());
-  *begin = t.storage_offset() * item;
-  *end = *begin;
-  if (t.numel() == 0) return;
-  int64_t last = 0;  // the offset of the last element, in elements (strides of a result are not negative)
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  *end = *begin + (last + 1) * item;
 }
 
 constexpr int64_t kMaxStagedBytes = 64 * 1024;
@@ -291,7 +173,7 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
     const int64_t a = scalar.argument;
     record_fill(&step, stream, result, a, args[2 * a], args[2 * a + 1], fill_kernel);
   }
-  if (step.fill.argument >= 0) step.signature = std::move(scalar_signature);
+  if (step.followed.argument >= 0) step.signature = std::move(scalar_signature);
   // Written staged arguments go back where they live, after the operator.
   for (StagedInput& staged : step.staged) {
     if (!(written >> staged.argument & 1)) continue;
@@ -364,12 +246,12 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
     return diverge(rec, std::string(name) + " where the recording has " + step.name);
   }
   thread_local std::vector<int64_t> scratch;
-  const int64_t fill_value = step.fill.argument;
-  const uint64_t free_arguments = step.staged_arguments | (fill_value >= 0 ? uint64_t{1} << fill_value : 0);
+  const int64_t followed = step.followed.argument;
+  const uint64_t free_arguments = step.staged_arguments | (followed >= 0 ? uint64_t{1} << followed : 0);
   if (!signature(args, nargs, free_arguments, &scratch) || scratch != step.signature) {
     return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
   }
-  if (fill_value >= 0 && !replay_fill(rec, &step, args[2 * fill_value], args[2 * fill_value + 1])) {
+  if (followed >= 0 && !replay_followed_scalar(rec, &step, args[2 * followed], args[2 * followed + 1])) {
     return diverge(rec, "the value " + step.name + " fills with could not be patched in");
   }
   for (StagedInput& staged : step.staged) {
@@ -424,8 +306,9 @@ bool resolve_driver(void* libcuda) {
                      trident::resolve(libcuda, "cuGraphInstantiateWithFlags", &d.instantiate) &&
                      trident::resolve(libcuda, "cuGraphExecDestroy", &d.destroy_exec) &&
                      trident::resolve(libcuda, "cuGraphDestroy", &d.destroy_graph);
-  // Optional: without them a fill by a changing host scalar diverges, as any opaque step whose inputs differ.
-  d.fills = trident::resolve(libcuda, "cuMemsetD8Async", &d.memset_d8) &&
+  // Optional: without them a host scalar that changes (a fill, an integer operand) diverges, as any opaque
+  // step whose inputs differ (graph_scalars.cpp).
+  d.memsets = trident::resolve(libcuda, "cuMemsetD8Async", &d.memset_d8) &&
             trident::resolve(libcuda, "cuMemsetD16Async", &d.memset_d16) &&
             trident::resolve(libcuda, "cuMemsetD32Async", &d.memset_d32) &&
             trident::resolve(libcuda, "cuMemsetD2D32Async", &d.memset_d2d32) &&

@@ -85,15 +85,15 @@ bool is_atens_fill_kernel(CUgraphNode node) {
   return named == 0 && name != nullptr && std::strstr(name, "11FillFunctorI") != nullptr;
 }
 
-// Adds the memset nodes writing fill->bits to `count` elements of `item` bytes at `dst` on `stream`: one memset
+// Adds the memset nodes writing followed->bits to `count` elements of `item` bytes at `dst` on `stream`: one memset
 // of the element's width; 8-byte elements as two 4-byte words (memsets stop at 4 bytes): a strided memset of
 // every element's low word, then of every high word (a single element: two plain 1-word memsets). false when the
 // driver refused one; the step then stays opaque (its value in its signature, so it replays only that value),
 // and a memset already added writes bits the operator writes too.
-bool add_memsets(Fill* fill, uint64_t dst, size_t count, size_t item, CUstream stream) {
+bool add_memsets(FollowedScalar* followed, uint64_t dst, size_t count, size_t item, CUstream stream) {
   const int nodes = item == 8 ? 2 : 1;
   for (int k = 0; k < nodes; ++k) {
-    const unsigned word = node_value(item, k, fill->bits);
+    const unsigned word = node_value(item, k, followed->bits);
     CUresult status = 1;
     switch (item) {
       case 1: status = driver.memset_d8(dst, static_cast<unsigned char>(word), count, stream); break;
@@ -105,8 +105,8 @@ bool add_memsets(Fill* fill, uint64_t dst, size_t count, size_t item, CUstream s
         break;
       default: return false;
     }
-    if (status != 0 || !last_node(stream, &fill->nodes[k]) ||
-        driver.get_memset_params(fill->nodes[k], &fill->params[k]) != 0) {
+    if (status != 0 || !last_node(stream, &followed->nodes[k]) ||
+        driver.get_memset_params(followed->nodes[k], &followed->params[k]) != 0) {
       return false;
     }
   }
@@ -167,7 +167,7 @@ at::Tensor apply(Arithmetic op, const at::Tensor& self, const at::Tensor& other,
 }  // namespace
 
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
-  if (!driver.fills) return {};
+  if (!driver.memsets) return {};
   for (const FillOperator& op : kFillOperators) {
     if (std::strcmp(name, op.name) != 0 || op.value_argument >= nargs) continue;
     const int64_t tag = args[2 * op.value_argument] & TRIDENT_ARG_TAG_MASK;
@@ -191,18 +191,17 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
   const at::ScalarType promoted = at::result_type(self, other);
   if (!at::isIntegralType(promoted, /*includeBool=*/true)) return false;
-  Fill fill;
-  fill.argument = 1;
-  fill.dtype = promoted;
-  if (!element_bits(promoted, args[2], args[3], &fill.bits)) return false;  // the operand does not fit its dtype
+  FollowedScalar followed;
+  followed.argument = 1;
+  followed.dtype = promoted;
+  if (!element_bits(promoted, args[2], args[3], &followed.bits)) return false;  // the operand does not fit its dtype
   const at::Tensor stand_in = at::empty({}, self.options().dtype(promoted));
-  if (!add_memsets(&fill, reinterpret_cast<uintptr_t>(stand_in.const_data_ptr()), 1, stand_in.element_size(), stream)) {
-    return false;
-  }
+  const uint64_t address = reinterpret_cast<uintptr_t>(stand_in.const_data_ptr());
+  if (!add_memsets(&followed, address, 1, stand_in.element_size(), stream)) return false;
   const at::Scalar alpha = nargs >= 3 ? scalar_argument(args[4], args[5]) : at::Scalar(1);
   *result = apply(op->op, self, stand_in, alpha);
-  fill.stand_in = stand_in;
-  step->fill = fill;
+  followed.stand_in = stand_in;
+  step->followed = followed;
   return true;
 }
 
@@ -213,40 +212,40 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
     return false;
   }
   const size_t count = static_cast<size_t>(result.numel()), item = result.element_size();
-  Fill fill;
-  fill.argument = argument;
-  fill.dtype = result.scalar_type();
-  if (!element_bits(fill.dtype, tag_word, value, &fill.bits)) return false;
-  if (!add_memsets(&fill, reinterpret_cast<uintptr_t>(result.const_data_ptr()), count, item, stream)) return false;
-  fill.superseded = fill_kernel;
-  step->fill = fill;
+  FollowedScalar followed;
+  followed.argument = argument;
+  followed.dtype = result.scalar_type();
+  if (!element_bits(followed.dtype, tag_word, value, &followed.bits)) return false;
+  if (!add_memsets(&followed, reinterpret_cast<uintptr_t>(result.const_data_ptr()), count, item, stream)) return false;
+  followed.superseded = fill_kernel;
+  step->followed = followed;
   return true;
 }
 
-bool replay_fill(Recording* rec, Step* step, int64_t tag_word, int64_t value) {
-  Fill& fill = step->fill;
+bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_t value) {
+  FollowedScalar& followed = step->followed;
   uint64_t bits = 0;
-  if (!element_bits(fill.dtype, tag_word, value, &bits)) return false;
-  if (bits == fill.bits) return true;
+  if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
+  if (bits == followed.bits) return true;
   CUcontext context = nullptr;
   if (!trident::current_cuda_context(&context)) return false;
-  const size_t item = c10::elementSize(fill.dtype);
-  for (int k = 0; k < 2 && fill.nodes[k] != nullptr; ++k) {
-    MemsetParams params = fill.params[k];
+  const size_t item = c10::elementSize(followed.dtype);
+  for (int k = 0; k < 2 && followed.nodes[k] != nullptr; ++k) {
+    MemsetParams params = followed.params[k];
     params.value = node_value(item, k, bits);
-    if (params.value == fill.params[k].value) continue;
-    if (driver.set_memset_params(rec->exec, fill.nodes[k], &params, context) != 0) return false;
-    fill.params[k] = params;
+    if (params.value == followed.params[k].value) continue;
+    if (driver.set_memset_params(rec->exec, followed.nodes[k], &params, context) != 0) return false;
+    followed.params[k] = params;
     ++rec->patched_nodes;
   }
-  fill.bits = bits;
+  followed.bits = bits;
   return true;
 }
 
 void disable_superseded_fills(Recording* rec) {
   for (const Step& step : *rec->steps) {
     // Failing to disable one leaves it running before its memsets: slower, not wrong.
-    if (step.fill.superseded != nullptr) driver.set_node_enabled(rec->exec, step.fill.superseded, 0);
+    if (step.followed.superseded != nullptr) driver.set_node_enabled(rec->exec, step.followed.superseded, 0);
   }
 }
 

@@ -1,0 +1,132 @@
+/*
+ * graph_signature.cpp — what an opaque step's work depends on besides memory contents: the signature a recording
+ * keeps of its inputs and a replay compares (tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by
+ * value), why two differ (for explain), and the bytes a tensor reaches (what staging copies, what a result covers).
+ */
+#include "graph_recording.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace trident::graphs {
+
+namespace {
+
+// The signature of one tensor: what an operator's work depends on besides memory contents. false: a tensor a
+// graph cannot stand for (a CPU tensor with more than one element is read by the host when the op runs).
+bool tensor_signature(const at::Tensor& t, bool without_address, std::vector<int64_t>* out) {
+  if (!t.defined()) {
+    out->push_back(-1);
+    return true;
+  }
+  out->push_back(static_cast<int64_t>(t.scalar_type()));
+  if (!t.is_cuda()) {
+    if (t.dim() != 0 || t.device().type() != c10::DeviceType::CPU) return false;
+    int64_t bits = 0;
+    std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof bits));
+    out->push_back(bits);
+    return true;
+  }
+  out->push_back(t.device().index());
+  out->push_back(without_address ? 0 : reinterpret_cast<intptr_t>(t.const_data_ptr()));
+  out->push_back(t.dim());
+  for (int64_t s : t.sizes()) out->push_back(s);
+  for (int64_t s : t.strides()) out->push_back(s);
+  return true;
+}
+
+}  // namespace
+
+bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
+  out->clear();
+  for (int64_t i = 0; i < nargs; ++i) {
+    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+    out->push_back(tag_word);
+    switch (tag) {
+      case TRIDENT_TAG_TENSOR:
+        if (value == 0) {
+          out->push_back(-1);
+        } else if (!tensor_signature(tensor_at(value), i < 64 && (free_arguments >> i & 1), out)) {
+          return false;
+        }
+        break;
+      case TRIDENT_TAG_TENSOR_LIST:
+      case TRIDENT_TAG_OPT_TENSOR_LIST: {
+        const auto* items = reinterpret_cast<const int64_t*>(value);
+        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
+          if (items[k] == 0) {
+            out->push_back(-1);
+          } else if (!tensor_signature(tensor_at(items[k]), false, out)) {
+            return false;
+          }
+        }
+        break;
+      }
+      case TRIDENT_TAG_INT_LIST: {
+        const auto* items = reinterpret_cast<const int64_t*>(value);
+        out->insert(out->end(), items, items + (tag_word >> TRIDENT_ARG_LENGTH_SHIFT));
+        break;
+      }
+      default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
+        out->push_back(i < 64 && (free_arguments >> i & 1) ? 0 : value);
+    }
+  }
+  return true;
+}
+
+std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments) {
+  std::vector<int64_t> one;
+  size_t at = 0;
+  const std::vector<int64_t>& recorded = step.signature;
+  for (int64_t i = 0; i < nargs; ++i) {
+    const std::string which = "argument " + std::to_string(i) + " of " + step.name;
+    if (!signature(args + 2 * i, 1, i < 64 ? free_arguments >> i & 1 : 0, &one)) return which + " is a CPU tensor";
+    const bool same = at + one.size() <= recorded.size() && std::equal(one.begin(), one.end(), recorded.begin() + at);
+    if (!same) {
+      const int64_t tag = args[2 * i] & TRIDENT_ARG_TAG_MASK;
+      // A CUDA tensor's signature: tag word, dtype, device, address, then its layout (tensor_signature).
+      const bool moved = tag == TRIDENT_TAG_TENSOR && one.size() > 4 && at + one.size() <= recorded.size() &&
+                         std::equal(one.begin(), one.begin() + 3, recorded.begin() + at) &&
+                         std::equal(one.begin() + 4, one.end(), recorded.begin() + at + 4);
+      if (moved) return which + " moved (a tensor at another address)";
+      if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && one.size() == 2 && at + 2 <= recorded.size() &&
+          recorded[at] == one[0]) {
+        return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
+      }
+      return which + " differs (its type, dtype, value or layout)";
+    }
+    at += one.size();
+  }
+  return step.name + " has other inputs than recorded";
+}
+
+void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f) {
+  for (int64_t i = 0; i < nargs; ++i) {
+    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+    if (tag == TRIDENT_TAG_TENSOR && value != 0) {
+      f(i, tensor_at(value));
+    } else if (tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) {
+      const auto* items = reinterpret_cast<const int64_t*>(value);
+      for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
+        if (items[k] != 0) f(i, tensor_at(items[k]));
+      }
+    }
+  }
+}
+
+void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  *begin = t.storage_offset() * item;
+  *end = *begin;
+  if (t.numel() == 0) return;
+  int64_t last = 0;  // the offset of the last element, in elements (strides of a result are not negative)
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  *end = *begin + (last + 1) * item;
+}
+
+}  // namespace trident::graphs
