@@ -23,6 +23,7 @@
  * and diverges when it does not convert (the direct call then does what eager does: raise for a fill).
  */
 #include "graph_recording.h"
+#include "typed_ops_support.h"  // scalar(): a Scalar argument as operators get it
 
 #include <cstring>
 
@@ -45,13 +46,11 @@ constexpr FillOperator kFillOperators[] = {
 
 // The bits `value` has as an element of `dtype`, converted as ATen's fill kernel converts it; false when it does
 // not convert (an overflow, which the direct call raises) or the dtype is not one a fill dispatches.
-at::Scalar scalar_argument(int64_t tag_word, int64_t value);
-
 bool element_bits(at::ScalarType dtype, int64_t tag_word, int64_t value, uint64_t* bits) {
-  const at::Scalar scalar = scalar_argument(tag_word, value);
+  const at::Scalar fill_value = scalar(tag_word, value);
   try {
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "trident_graph_fill", [&] {
-      const scalar_t element = scalar.to<scalar_t>();
+      const scalar_t element = fill_value.to<scalar_t>();
       *bits = 0;
       std::memcpy(bits, &element, sizeof element);
     });
@@ -136,18 +135,6 @@ const ArithmeticOperator* arithmetic_operator(const char* name) {
   return nullptr;
 }
 
-at::Scalar scalar_argument(int64_t tag_word, int64_t value) {
-  switch (tag_word & TRIDENT_ARG_TAG_MASK) {
-    case TRIDENT_TAG_DOUBLE: {
-      double d = 0;
-      std::memcpy(&d, &value, sizeof d);
-      return at::Scalar(d);
-    }
-    case TRIDENT_TAG_BOOL: return at::Scalar(value != 0);
-    default: return at::Scalar(value);
-  }
-}
-
 at::Tensor apply(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   switch (op) {
     case Arithmetic::kAdd: return at::add(self, other, alpha);
@@ -187,7 +174,7 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   const ArithmeticOperator* op = arithmetic_operator(name);
   if (op == nullptr || args[1] == 0) return false;
   const at::Tensor& self = *reinterpret_cast<const at::Tensor*>(args[1]);
-  const at::Scalar other = scalar_argument(args[2], args[3]);
+  const at::Scalar other = scalar(args[2], args[3]);
   if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
   const at::ScalarType promoted = at::result_type(self, other);
   if (!at::isIntegralType(promoted, /*includeBool=*/true)) return false;
@@ -198,7 +185,7 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   const at::Tensor stand_in = at::empty({}, self.options().dtype(promoted));
   const uint64_t address = reinterpret_cast<uintptr_t>(stand_in.const_data_ptr());
   if (!add_memsets(&followed, address, 1, stand_in.element_size(), stream)) return false;
-  const at::Scalar alpha = nargs >= 3 ? scalar_argument(args[4], args[5]) : at::Scalar(1);
+  const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
   *result = apply(op->op, self, stand_in, alpha);
   followed.stand_in = stand_in;
   step->followed = followed;
