@@ -122,9 +122,8 @@ struct StagedInput {
 struct FollowedScalar {
   int64_t argument = -1;  // the scalar's argument; -1: none
   at::ScalarType dtype = at::kByte;
-  uint64_t bits = 0;  // the value the nodes write now, as an element of dtype
   CUgraphNode nodes[2] = {nullptr, nullptr};  // one memset; two (low and high words) for 8-byte elements
-  MemsetParams params[2] = {};
+  MemsetParams params[2] = {};  // as the instantiated graph has them now: what each node writes
   CUgraphNode superseded = nullptr;  // a fill: the operator's fill kernel, disabled once instantiated
   at::Tensor stand_in;  // arithmetic: the 0-dim operand the memsets write
 };

@@ -252,7 +252,8 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
     return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
   }
   if (followed >= 0 && !replay_followed_scalar(rec, &step, args[2 * followed], args[2 * followed + 1])) {
-    return diverge(rec, "the value " + step.name + " fills with could not be patched in");
+    return diverge(rec, "argument " + std::to_string(followed) + " of " + step.name +
+                            " (a host scalar memset nodes write) does not convert to its dtype, or the patch failed");
   }
   for (StagedInput& staged : step.staged) {
     const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());

@@ -84,15 +84,15 @@ bool is_atens_fill_kernel(CUgraphNode node) {
   return named == 0 && name != nullptr && std::strstr(name, "11FillFunctorI") != nullptr;
 }
 
-// Adds the memset nodes writing followed->bits to `count` elements of `item` bytes at `dst` on `stream`: one memset
+// Adds the memset nodes writing `bits` to `count` elements of `item` bytes at `dst` on `stream`: one memset
 // of the element's width; 8-byte elements as two 4-byte words (memsets stop at 4 bytes): a strided memset of
 // every element's low word, then of every high word (a single element: two plain 1-word memsets). false when the
 // driver refused one; the step then stays opaque (its value in its signature, so it replays only that value),
 // and a memset already added writes bits the operator writes too.
-bool add_memsets(FollowedScalar* followed, uint64_t dst, size_t count, size_t item, CUstream stream) {
+bool add_memsets(FollowedScalar* followed, uint64_t bits, uint64_t dst, size_t count, size_t item, CUstream stream) {
   const int nodes = item == 8 ? 2 : 1;
   for (int k = 0; k < nodes; ++k) {
-    const unsigned word = node_value(item, k, followed->bits);
+    const unsigned word = node_value(item, k, bits);
     CUresult status = 1;
     switch (item) {
       case 1: status = driver.memset_d8(dst, static_cast<unsigned char>(word), count, stream); break;
@@ -173,7 +173,7 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
                     at::Tensor* result) {
   const ArithmeticOperator* op = arithmetic_operator(name);
   if (op == nullptr || args[1] == 0) return false;
-  const at::Tensor& self = *reinterpret_cast<const at::Tensor*>(args[1]);
+  const at::Tensor& self = tensor_at(args[1]);
   const at::Scalar other = scalar(args[2], args[3]);
   if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
   const at::ScalarType promoted = at::result_type(self, other);
@@ -181,10 +181,11 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   FollowedScalar followed;
   followed.argument = 1;
   followed.dtype = promoted;
-  if (!element_bits(promoted, args[2], args[3], &followed.bits)) return false;  // the operand does not fit its dtype
+  uint64_t bits = 0;
+  if (!element_bits(promoted, args[2], args[3], &bits)) return false;  // the operand does not fit its dtype
   const at::Tensor stand_in = at::empty({}, self.options().dtype(promoted));
   const uint64_t address = reinterpret_cast<uintptr_t>(stand_in.const_data_ptr());
-  if (!add_memsets(&followed, address, 1, stand_in.element_size(), stream)) return false;
+  if (!add_memsets(&followed, bits, address, 1, stand_in.element_size(), stream)) return false;
   const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
   *result = apply(op->op, self, stand_in, alpha);
   followed.stand_in = stand_in;
@@ -202,8 +203,10 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
   FollowedScalar followed;
   followed.argument = argument;
   followed.dtype = result.scalar_type();
-  if (!element_bits(followed.dtype, tag_word, value, &followed.bits)) return false;
-  if (!add_memsets(&followed, reinterpret_cast<uintptr_t>(result.const_data_ptr()), count, item, stream)) return false;
+  uint64_t bits = 0;
+  if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
+  const uint64_t address = reinterpret_cast<uintptr_t>(result.const_data_ptr());
+  if (!add_memsets(&followed, bits, address, count, item, stream)) return false;
   followed.superseded = fill_kernel;
   step->followed = followed;
   return true;
@@ -213,19 +216,19 @@ bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_
   FollowedScalar& followed = step->followed;
   uint64_t bits = 0;
   if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
-  if (bits == followed.bits) return true;
-  CUcontext context = nullptr;
-  if (!trident::current_cuda_context(&context)) return false;
+  // Each node is compared with what it writes now (its parameters), so a patch the driver refused half-way
+  // leaves nothing stale: the next call compares again.
   const size_t item = c10::elementSize(followed.dtype);
+  CUcontext context = nullptr;
   for (int k = 0; k < 2 && followed.nodes[k] != nullptr; ++k) {
     MemsetParams params = followed.params[k];
     params.value = node_value(item, k, bits);
     if (params.value == followed.params[k].value) continue;
+    if (context == nullptr && !trident::current_cuda_context(&context)) return false;
     if (driver.set_memset_params(rec->exec, followed.nodes[k], &params, context) != 0) return false;
     followed.params[k] = params;
     ++rec->patched_nodes;
   }
-  followed.bits = bits;
   return true;
 }
 
