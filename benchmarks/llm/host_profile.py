@@ -120,6 +120,32 @@ def aten_profile(step, tokens, caches, positions: Positions, steps: int) -> list
     return [{"op": name, "calls": n, "us": us} for name, (n, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])]
 
 
+def recordings(step) -> list[Any]:
+    entry = step._trident.entry
+    return [r for index in range(len(step._trident.specializations)) for r in entry.graphs(index)["recordings"]]
+
+
+def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dict[str, float]:
+    """Graph replay's host time per replayed step by phase (the runtime's own timers, csrc/graph_recording.h's
+    ReplayTimes), with the GPU asleep as in host_us; `entry` is the rest of the host time per step: the call's
+    Python side, the entry's guards and the specialization's selection."""
+    for r in recordings(step):
+        r.time_replays(True)
+    total = host_us(step, tokens, caches, positions, steps) * HOST_REPEATS * steps
+    sums: dict[str, float] = defaultdict(float)
+    for r in recordings(step):
+        for key, value in r.times.items():
+            sums[key] += value
+        r.time_replays(False)
+    replays = sums.pop("replays")
+    if replays == 0:
+        return {"replayed_steps": 0}
+    phases = {key: ns / 1e3 / replays for key, ns in sums.items()}
+    phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
+    phases["entry"] = total / replays - phases["program"] - phases["launch"] - phases["result_copies"]
+    return {"replayed_steps": replays / (HOST_REPEATS * steps), **phases}
+
+
 def profile_kind(model, args: argparse.Namespace, kind: str) -> dict[str, Any]:
     caches = model.new_caches(args.batch)
     tokens = torch.zeros(args.batch, dtype=torch.long, device=args.device)
@@ -132,6 +158,8 @@ def profile_kind(model, args: argparse.Namespace, kind: str) -> dict[str, Any]:
     result: dict[str, Any] = {"pos_kind": kind, "wall_us": wall_us(step, tokens, caches, positions, args.steps)}
     if cuda:
         result["host_us"] = {n: host_us(step, tokens, caches, positions, n) for n in HOST_STEPS}
+        if args.graphs:
+            result["replay_us"] = replay_phases(step, tokens, caches, positions, HOST_STEPS[-1])
         result.update(device_profile(step, tokens, caches, positions, args.steps))
     result["aten"] = aten_profile(step, tokens, caches, positions, args.steps)
     sites = triton_launch_sites(step)
@@ -154,6 +182,11 @@ def report(r: dict[str, Any]) -> None:
           f"{r['planned_matmuls']} matmuls through cuBLASLt plans and {r['direct_matmuls']} straight to ATen's CUDA "
           f"kernel so far; {sum(why is None for why in r['matmul_plans'])} of {len(r['matmul_plans'])} sites planned"
           + "".join(f"\n  not planned: {why}" for why in sorted({w for w in r['matmul_plans'] if w})))
+    phases = r.get("replay_us")
+    if phases:
+        print(f"  graph replay, host µs per replayed step ({phases['replayed_steps']:.2f} of the steps replayed): "
+              + ", ".join(f"{key} {phases[key]:.1f}" for key in ("entry", "program", "opaque_steps", "triton_steps",
+                                                                  "program_rest", "launch", "result_copies")))
     for k in r.get("by_kernel", [])[:12]:
         print(f"    {k['name']:<92} {k['per_step']:>6.1f}/step {k['us']:>8.1f} µs")
     aten_total = sum(op["us"] for op in r["aten"])
@@ -176,7 +209,7 @@ def main() -> None:
     args = parser.parse_args()
     dtype = torch.float32 if args.tiny else torch.bfloat16
     kinds = [k for k in args.pos_kind.split(",") if k]
-    needed = WARMUP + 3 * args.steps + HOST_REPEATS * sum(HOST_STEPS)
+    needed = WARMUP + 3 * args.steps + HOST_REPEATS * (sum(HOST_STEPS) + HOST_STEPS[-1])
     model = build_model(args.model, args.device, dtype, tiny=args.tiny, max_seq=-(-needed // 64) * 64)
     info = machine_info(torch.device(args.device))
     print(f"{args.model} batch {args.batch} on {args.device}{' with CUDA graph replay' if args.graphs else ''}: "

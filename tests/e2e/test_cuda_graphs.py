@@ -219,6 +219,32 @@ def test_results_sharing_graph_memory_still_share_it_and_are_never_overwritten()
 
 
 @gpu
+def test_replays_time_their_host_phases_only_when_asked() -> None:
+    """time_replays(True) sums each replay's host time by phase (what benchmarks/llm/host_profile.py reports);
+    it counts exactly the replays since, and nothing once turned off."""
+    model = build_model("llama", "cuda", torch.bfloat16, tiny=True, max_seq=128)
+    step = jitted(model.step_for("kernels", "int"), True)
+    caches = model.new_caches(1)
+    tokens = torch.zeros(1, dtype=torch.long, device="cuda")
+    with torch.no_grad():
+        for p in range(8):
+            step(tokens, p, caches)
+        recording = graph_of(step, len(step._trident.specializations) - 1)  # type: ignore[attr-defined]
+        assert recording is not None and recording.times is None, trident.explain(step)
+        recording.time_replays(True)
+        replays = recording.counts["replays"]
+        for p in range(8, 14):  # no new Triton variant (1, 16, 32 ...) among these positions
+            step(tokens, p, caches)
+        times = recording.times
+        assert recording.counts["replays"] - replays == times["replays"] == 6, (times, trident.explain(step))
+        assert times["opaque_steps"] > 0 and times["triton_steps"] > 0 and times["launch"] > 0, times
+        assert times["program"] > times["opaque_steps"] + times["triton_steps"], times
+        recording.time_replays(False)
+        step(tokens, 14, caches)
+        assert recording.times is None
+
+
+@gpu
 @pytest.mark.parametrize("form", ["mask", "causal"])
 def test_an_operator_returning_ints_beside_its_tensors_replays(form: str) -> None:
     """SDPA reaches cuDNN's, the memory-efficient or flash attention's ATen operator (with a mask as Hugging Face

@@ -38,6 +38,12 @@ def test_a_recording_refuses_a_capture_it_cannot_start_and_a_program_run_outside
     runtime = load_runtime()
     recording = runtime.GraphRecording(0, [torch.ones(2)])
     assert recording.failure is None and recording.counts["kernel_nodes"] == 0
+    assert recording.times is None  # replay timing is off until asked for
+    recording.time_replays(True)
+    assert recording.times == {key: 0 for key in ("replays", "program", "opaque_steps", "triton_steps", "launch",
+                                                  "result_copies")}
+    recording.time_replays(False)
+    assert recording.times is None
     with pytest.raises(RuntimeError, match="end_capture: not capturing"):
         recording.end_capture()
     if not torch.cuda.is_available():

@@ -27,6 +27,7 @@ void recording_dealloc(PyObject* self) {
   delete rec->copies;
   delete rec->fresh_spans;
   delete rec->failure;
+  delete rec->times;
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -166,7 +167,25 @@ PyObject* recording_counts(PyObject* self, void*) {
                        "divergences", (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes);
 }
 
+// time_replays(on: bool): from now on, sum where each replay's host time goes (ReplayTimes), from zero; or stop.
+PyObject* recording_time_replays(PyObject* self, PyObject* on) {
+  Recording* rec = as_recording(self);
+  delete rec->times;
+  rec->times = PyObject_IsTrue(on) ? new ReplayTimes() : nullptr;
+  Py_RETURN_NONE;
+}
+
+// times: None, or the ReplayTimes summed since time_replays(True), in nanoseconds.
+PyObject* recording_times(PyObject* self, void*) {
+  const ReplayTimes* t = as_recording(self)->times;
+  if (t == nullptr) Py_RETURN_NONE;
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "replays", (long long)t->replays, "program", (long long)t->program,
+                       "opaque_steps", (long long)t->opaque_steps, "triton_steps", (long long)t->triton_steps,
+                       "launch", (long long)t->launch, "result_copies", (long long)t->result_copies);
+}
+
 PyMethodDef recording_methods[] = {
+    {"time_replays", recording_time_replays, METH_O, "time_replays(on): sum the replays' host time by phase"},
     {"begin_capture", recording_begin_capture, METH_O, "begin_capture(keepalive): capture torch's current stream"},
     {"end_capture", recording_end_capture, METH_NOARGS, "end_capture(): end the capture, instantiate, replay from now on"},
     {"written", recording_written, METH_NOARGS, "outside tensors the recorded steps may write"},
@@ -177,6 +196,7 @@ PyMethodDef recording_methods[] = {
 PyGetSetDef recording_getset[] = {
     {"failure", recording_failure, nullptr, "why the program is not a graph, or why the last replay diverged", nullptr},
     {"counts", recording_counts, nullptr, "steps, replays, divergences and patched nodes", nullptr},
+    {"times", recording_times, nullptr, "host ns by phase summed since time_replays(True), or None", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

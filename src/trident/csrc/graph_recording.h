@@ -150,6 +150,16 @@ struct Step {
 
 enum class Mode { kRecord, kReplay };
 
+// Host nanoseconds summed over the replays that launched, by phase: the host program in replay mode, the graph
+// launch, and the launches that copy results into fresh tensors. Within the program, the opaque steps' signature
+// checks and the Triton steps' compare-and-patch are summed apart (over every replay, diverged ones too); the rest
+// is preparing launches, views, symbolic ints and results. For benchmarks/llm/host_profile.py; off by default.
+struct ReplayTimes {
+  int64_t replays = 0;
+  int64_t program = 0, opaque_steps = 0, triton_steps = 0, launch = 0, result_copies = 0;
+};
+int64_t now_ns();
+
 // The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
 // results share is handed out as one fresh copy of this span, so the results keep sharing memory as they do
 // directly (a view and its base, q and k of one projection).
@@ -183,6 +193,7 @@ struct Recording {
   PyObject* keepalive;    // whatever the graph's memory depends on (runtime/cuda_graphs.py: its memory pool)
   int64_t replays, divergences, patched_nodes;
   bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
+  ReplayTimes* times;  // null unless asked for (time_replays): where the replays' host time went
 };
 
 inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }

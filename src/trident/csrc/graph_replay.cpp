@@ -31,6 +31,7 @@
  */
 #include "graph_recording.h"
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -42,6 +43,11 @@ namespace trident::graphs {
 
 thread_local Recording* active = nullptr;
 Driver driver;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 bool last_node(CUstream stream, CUgraphNode* node) {
   int status = 0;
@@ -330,7 +336,11 @@ int32_t opaque_step(const void* identity, const char* name, const int64_t* args,
     if (rec->mode == Mode::kRecord) {
       return record_opaque(rec, identity, name, args, nargs, written, run, closure, rets, nrets, scalar_results);
     }
-    return replay_opaque(rec, identity, name, args, nargs, rets, nrets);
+    if (rec->times == nullptr) return replay_opaque(rec, identity, name, args, nargs, rets, nrets);
+    const int64_t start = now_ns();
+    const int32_t status = replay_opaque(rec, identity, name, args, nargs, rets, nrets);
+    rec->times->opaque_steps += now_ns() - start;
+    return status;
   } catch (...) {
     active = rec;
     return trident::fail_with_current_exception();
@@ -363,6 +373,14 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
     rec->steps->push_back(std::move(step));
     return TRIDENT_OK;
   }
+  const int64_t start = rec->times != nullptr ? now_ns() : 0;
+  struct CountTime {
+    Recording* rec;
+    int64_t start;
+    ~CountTime() {
+      if (rec->times != nullptr) rec->times->triton_steps += now_ns() - start;
+    }
+  } count_time{rec, start};
   if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
   Step& step = (*rec->steps)[rec->cursor];
   if (step.identity != identity || (step.kind == StepKind::kEmptyLaunch) != empty) {
@@ -480,10 +498,13 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   } drop_copies{rec};
   rec->cursor = 0;
   rec->diverged_for_launcher = false;
+  ReplayTimes* times = rec->times;
+  const int64_t started = times != nullptr ? now_ns() : 0;
   active = rec;
   PyObject* out = nullptr;
   const int32_t status = run(ctx, slots, &out);
   active = nullptr;
+  const int64_t ran = times != nullptr ? now_ns() : 0;
   if (status != TRIDENT_OK || rec->cursor != rec->steps->size()) {
     Py_XDECREF(out);
     if (PyErr_Occurred()) PyErr_Clear();
@@ -492,6 +513,7 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     return ReplayOutcome::kDirect;
   }
   const CUresult launched = driver.graph_launch(rec->exec, stream);
+  const int64_t launched_at = times != nullptr ? now_ns() : 0;
   if (launched != 0) {
     Py_XDECREF(out);
     PyErr_Format(trident::kernel_launch_error_type(), "trident: launching a recorded CUDA graph failed (CUresult %d)",
@@ -506,6 +528,12 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     Py_XDECREF(out);
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return ReplayOutcome::kError;
+  }
+  if (times != nullptr) {
+    ++times->replays;
+    times->program += ran - started;
+    times->launch += launched_at - ran;
+    times->result_copies += now_ns() - launched_at;
   }
   if (count_launches) {
     for (const Step& step : *rec->steps) {
