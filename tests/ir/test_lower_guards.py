@@ -42,6 +42,11 @@ def array_field(meta: str, field: int, name: str) -> str:
 
 
 def header(state: int, extra_constants: str = "") -> str:
+    return prologue(state, extra_constants) + tensor_x()
+
+
+def prologue(state: int, extra_constants: str = "") -> str:
+    """Constants, then the global state and function mode checks every guard starts with."""
     return (
         "CHECK: func.func @guard(%ctx: !llvm.ptr, %slots: !llvm.ptr) -> i32\n"
         + constant("STATE_C", state)
@@ -52,6 +57,12 @@ def header(state: int, extra_constants: str = "") -> str:
         "CHECK-NEXT: cf.cond_br %[[STATE_OK]], ^{{.*}}, ^fail\n"
         "CHECK: %[[MODES:.*]] = func.call @trident_function_mode_count() : () -> i64\n"
         "CHECK-NEXT: arith.cmpi eq, %[[MODES]], %[[C0]] : i64\n"
+    )
+
+
+def tensor_x() -> str:
+    """Argument 0 read as a plain float32 CPU tensor into [[META]]."""
+    return (
         "CHECK: %[[XP:.*]] = llvm.getelementptr %slots[0] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
         "CHECK-NEXT: %[[X:.*]] = llvm.load %[[XP]] : !llvm.ptr -> !llvm.ptr\n"
         "CHECK-NEXT: func.call @trident_read_tensor(%[[X]], %[[META:meta[0-9]+]]) : (!llvm.ptr, !llvm.ptr) -> i32\n"
@@ -69,16 +80,17 @@ def test_static_tensor_and_float_guards() -> None:
     assert half_bits == 4602678819172646912
     filecheck(
         text,
-        header(guards.global_state.state, constant("C2", 2) + constant("HALF", half_bits))
-        + element_equals("META", abi.META_DIM, "C2")  # rank 2
-        + element_equals("META", abi.META_FLAGS, "C0")
-        + "CHECK: cf.cond_br {{.*}}, ^{{.*}}, ^fail\n"
-        # a = 0.5: read as a float into a slot, its bits compared with 0.5's
-        "CHECK: %[[AP:.*]] = llvm.getelementptr %slots[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+        prologue(guards.global_state.state, constant("C2", 2) + constant("HALF", half_bits))
+        # a = 0.5, before any tensor is read: read as a float into a slot, its bits compared with 0.5's
+        + "CHECK: %[[AP:.*]] = llvm.getelementptr %slots[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
         "CHECK-NEXT: %[[A:.*]] = llvm.load %[[AP]] : !llvm.ptr -> !llvm.ptr\n"
         "CHECK-NEXT: func.call @trident_read_float(%[[A]], %[[SCALAR:scalar[0-9]+]])\n"
         "CHECK: %[[BITS:.*]] = llvm.load %[[SCALAR]] : !llvm.ptr -> i64\n"
         "CHECK-NEXT: arith.cmpi eq, %[[BITS]], %[[HALF]] : i64\n"
+        + tensor_x()
+        + element_equals("META", abi.META_DIM, "C2")  # rank 2
+        + element_equals("META", abi.META_FLAGS, "C0")
+        + "CHECK: cf.cond_br {{.*}}, ^{{.*}}, ^fail\n"
         # sizes [2, 3], storage offset 0, strides [3, 1]
         + array_field("META", abi.META_SIZES, "SIZES")
         + element_equals("SIZES", 0, "C2")
@@ -126,11 +138,16 @@ def test_dynamic_int_is_read_not_compared() -> None:
     assert "arith.constant 7 : i64" not in text
     filecheck(
         text,
-        header(guards.global_state.state)
-        + element_equals("META", abi.META_DIM, "C1")  # rank 1
+        prologue(guards.global_state.state)
+        # n is an int (read before any tensor, its value not compared) ...
         + "CHECK: %[[NP:.*]] = llvm.getelementptr %slots[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
         "CHECK-NEXT: %[[N:.*]] = llvm.load %[[NP]] : !llvm.ptr -> !llvm.ptr\n"
-        "CHECK: func.call @trident_read_int(%[[N]], %[[INT:int[0-9]+]])\n"
+        "CHECK: func.call @trident_read_int(%[[N]], %[[KIND:scalar[0-9]+]])\n"
+        "CHECK-NOT: llvm.load %[[KIND]]\n"
+        + tensor_x()
+        + element_equals("META", abi.META_DIM, "C1")  # rank 1
+        # ... and read again to bind its symbol
+        + "CHECK: func.call @trident_read_int(%[[N]], %[[INT:int[0-9]+]])\n"
         "CHECK: %[[VALUE:.*]] = llvm.load %[[INT]] : !llvm.ptr -> i64\n"
         "CHECK-NOT: %[[VALUE]]\n"  # bound, never compared
         + array_field("META", abi.META_SIZES, "SIZES")

@@ -53,6 +53,19 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         assert ok is not None
         fb.check_nonzero(ok)
 
+    # Scalars and identities before tensors: a specialization for another value of an int (a position compiled
+    # at 0 before it became symbolic) then misses at once, not after reading every tensor of the call.
+    for scalar in guards.scalars:
+        _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
+
+    for ig in guards.identities:
+        expected_obj = access.constant(pool.add(guards.identity_objects[ig.constant_index]))
+        got = fb.fresh()
+        fb.emit(f"{got} = llvm.ptrtoint {access.object(ig.path)} : !llvm.ptr to i64")
+        want = fb.fresh()
+        fb.emit(f"{want} = llvm.ptrtoint {expected_obj} : !llvm.ptr to i64")
+        fb.check(fb.cmp("eq", got, want))
+
     metas: dict[tuple[int, tuple[int, ...]], str] = {}
     for tg in guards.tensors:
         meta = fb.alloca(abi.META_FIELDS, I64, "meta")
@@ -83,17 +96,6 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         base_meta = metas[(-1, (dg.base,))]
         distance = fb.binary("subi", fb.load(fb.gep(meta, abi.META_DATA_PTR)), fb.load(fb.gep(base_meta, abi.META_DATA_PTR)))
         fb.check(fb.cmp("eq", distance, fb.const(dg.distance)))
-
-    for scalar in guards.scalars:
-        _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
-
-    for ig in guards.identities:
-        expected_obj = access.constant(pool.add(guards.identity_objects[ig.constant_index]))
-        got = fb.fresh()
-        fb.emit(f"{got} = llvm.ptrtoint {access.object(ig.path)} : !llvm.ptr to i64")
-        want = fb.fresh()
-        fb.emit(f"{want} = llvm.ptrtoint {expected_obj} : !llvm.ptr to i64")
-        fb.check(fb.cmp("eq", got, want))
 
     arrays: dict[tuple[str, int], str] = {}  # (meta, sizes/strides field) -> loaded array pointer
 
