@@ -12,6 +12,7 @@
 
 #include "runtime_internal.h"
 #include "graph_replay.h"
+#include "private_views.h"
 
 namespace {
 
@@ -203,6 +204,10 @@ PyMethodDef module_methods[] = {
      "whether init_cuda found every CUDA driver entry point graph replay uses"},
     {"watch_launch_hooks", trident::watch_launch_hooks, METH_VARARGS,
      "watch_launch_hooks(enter_calls, exit_calls): Triton's hook lists; native launches yield while one is set"},
+    {"private_view", trident::private_views::py_private_view, METH_VARARGS,
+     "private_view(name, tensor, *args) -> Tensor: the runtime's private view `name` (csrc/private_views.h)"},
+    {"private_view_counts", trident::private_views::py_private_view_counts, METH_NOARGS,
+     "private_view_counts() -> (made directly, made by ATen's operator)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
