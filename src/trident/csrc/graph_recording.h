@@ -207,6 +207,8 @@ inline const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<con
 // and layout (a staged input's address, which its memcpy node follows; a followed scalar's value, which its
 // memsets follow).
 bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out);
+// Whether these inputs have the recorded signature (as signature() would build it, without building it).
+bool same_signature(const std::vector<int64_t>& recorded, const int64_t* args, int64_t nargs, uint64_t free_arguments);
 // Why an opaque step's inputs differ from its recorded signature, for explain: the first argument that differs,
 // and how.
 std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments);

@@ -251,10 +251,9 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   if (step.kind != StepKind::kOpaque || step.identity != identity) {
     return diverge(rec, std::string(name) + " where the recording has " + step.name);
   }
-  thread_local std::vector<int64_t> scratch;
   const int64_t followed = step.followed.argument;
   const uint64_t free_arguments = step.staged_arguments | (followed >= 0 ? uint64_t{1} << followed : 0);
-  if (!signature(args, nargs, free_arguments, &scratch) || scratch != step.signature) {
+  if (!same_signature(step.signature, args, nargs, free_arguments)) {
     return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
   }
   if (followed >= 0 && !replay_followed_scalar(rec, &step, args[2 * followed], args[2 * followed + 1])) {
@@ -520,14 +519,22 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
                  launched);
     return ReplayOutcome::kError;
   }
-  try {
-    for (auto& [fresh, source] : *rec->copies) {
-      if (source.defined()) fresh.copy_(source, /*non_blocking=*/true);
+  // Each fresh tensor was made with its source's sizes and strides (or is the byte copy of a shared span), so the
+  // bytes its source spans, copied to the fresh storage's start, put every element where it belongs: one
+  // driver copy on the launch's stream, without ATen's copy_ (its dispatch and checks cost more than the copy).
+  for (auto& [fresh, source] : *rec->copies) {
+    if (!source.defined()) continue;
+    int64_t begin = 0, end = 0;
+    byte_span(source, &begin, &end);
+    if (end == begin) continue;
+    const uint64_t from = reinterpret_cast<uintptr_t>(source.storage().data()) + static_cast<uint64_t>(begin);
+    const uint64_t to = reinterpret_cast<uintptr_t>(fresh.storage().data());
+    const CUresult copied = driver.memcpy_async(to, from, static_cast<size_t>(end - begin), stream);
+    if (copied != 0) {
+      Py_XDECREF(out);
+      PyErr_Format(PyExc_RuntimeError, "trident: copying a graph's result for the caller failed (CUresult %d)", copied);
+      return ReplayOutcome::kError;
     }
-  } catch (const std::exception& e) {
-    Py_XDECREF(out);
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return ReplayOutcome::kError;
   }
   if (times != nullptr) {
     ++times->replays;

@@ -15,41 +15,56 @@ namespace trident::graphs {
 
 namespace {
 
+// Builds a signature (Out::word appends) or compares one with a recorded signature word by word (no writes: this
+// runs for every opaque step of every replay).
+struct Builder {
+  std::vector<int64_t>* out;
+  void word(int64_t w) { out->push_back(w); }
+};
+struct Comparer {
+  const std::vector<int64_t>& recorded;
+  size_t at = 0;
+  bool same = true;
+  void word(int64_t w) {
+    same = same && at < recorded.size() && recorded[at] == w;
+    ++at;
+  }
+};
+
 // The signature of one tensor: what an operator's work depends on besides memory contents. false: a tensor a
 // graph cannot stand for (a CPU tensor with more than one element is read by the host when the op runs).
-bool tensor_signature(const at::Tensor& t, bool without_address, std::vector<int64_t>* out) {
+template <typename Out>
+bool tensor_signature(const at::Tensor& t, bool without_address, Out& out) {
   if (!t.defined()) {
-    out->push_back(-1);
+    out.word(-1);
     return true;
   }
-  out->push_back(static_cast<int64_t>(t.scalar_type()));
+  out.word(static_cast<int64_t>(t.scalar_type()));
   if (!t.is_cuda()) {
     if (t.dim() != 0 || t.device().type() != c10::DeviceType::CPU) return false;
     int64_t bits = 0;
     std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof bits));
-    out->push_back(bits);
+    out.word(bits);
     return true;
   }
-  out->push_back(t.device().index());
-  out->push_back(without_address ? 0 : reinterpret_cast<intptr_t>(t.const_data_ptr()));
-  out->push_back(t.dim());
-  for (int64_t s : t.sizes()) out->push_back(s);
-  for (int64_t s : t.strides()) out->push_back(s);
+  out.word(t.device().index());
+  out.word(without_address ? 0 : reinterpret_cast<intptr_t>(t.const_data_ptr()));
+  out.word(t.dim());
+  for (int64_t s : t.sizes()) out.word(s);
+  for (int64_t s : t.strides()) out.word(s);
   return true;
 }
 
-}  // namespace
-
-bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
-  out->clear();
+template <typename Out>
+bool write_signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, Out& out) {
   for (int64_t i = 0; i < nargs; ++i) {
     const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
     const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
-    out->push_back(tag_word);
+    out.word(tag_word);
     switch (tag) {
       case TRIDENT_TAG_TENSOR:
         if (value == 0) {
-          out->push_back(-1);
+          out.word(-1);
         } else if (!tensor_signature(tensor_at(value), i < 64 && (free_arguments >> i & 1), out)) {
           return false;
         }
@@ -59,7 +74,7 @@ bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std:
         const auto* items = reinterpret_cast<const int64_t*>(value);
         for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
           if (items[k] == 0) {
-            out->push_back(-1);
+            out.word(-1);
           } else if (!tensor_signature(tensor_at(items[k]), false, out)) {
             return false;
           }
@@ -68,14 +83,28 @@ bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std:
       }
       case TRIDENT_TAG_INT_LIST: {
         const auto* items = reinterpret_cast<const int64_t*>(value);
-        out->insert(out->end(), items, items + (tag_word >> TRIDENT_ARG_LENGTH_SHIFT));
+        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) out.word(items[k]);
         break;
       }
       default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
-        out->push_back(i < 64 && (free_arguments >> i & 1) ? 0 : value);
+        out.word(i < 64 && (free_arguments >> i & 1) ? 0 : value);
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
+  out->clear();
+  Builder builder{out};
+  return write_signature(args, nargs, free_arguments, builder);
+}
+
+bool same_signature(const std::vector<int64_t>& recorded, const int64_t* args, int64_t nargs,
+                    uint64_t free_arguments) {
+  Comparer comparer{recorded};
+  return write_signature(args, nargs, free_arguments, comparer) && comparer.same && comparer.at == recorded.size();
 }
 
 std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments) {
