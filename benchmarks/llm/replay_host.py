@@ -1,0 +1,91 @@
+"""Host time of a graph-replayed decode step, and where it goes.
+
+The model's step (op set `kernels`, batch 1 unless --batch) runs under trident.jit with CUDA graph replay over
+every position once (compiles, records, and every Triton variant a position needs), then in rounds of 16 steps
+enqueued while the GPU sleeps, so no call waits on the device: the median round gives host µs per step. With
+--phases, the recordings' own timers (GraphRecording.time_replays) split it: the host program in replay mode (its
+opaque and Triton steps apart), the graph launch and the result copies; the rest is the entry (binding, guards).
+The timers cost a little, so compare trees or machines without --phases. One JSON line per run on stdout.
+
+    python -m benchmarks.llm.replay_host --model llama --pos-kind int [--seconds 3] [--phases]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+
+import trident
+
+from benchmarks.llm.models import build_model
+from benchmarks.llm.run import machine_info
+
+STEPS = 16  # per GPU sleep: few enough that the launch queue never fills
+SLEEP_CYCLES = 60_000_000  # ~30 ms at the H200's clock: longer than 16 steps' host time
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="llama")
+    p.add_argument("--pos-kind", default="int", choices=("int", "tensor"))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=3.0, help="measured time")
+    p.add_argument("--phases", action="store_true", help="also split the host time by phase (the replay timers)")
+    p.add_argument("--label", default="", help="a name for this run in its JSON line (e.g. which tree)")
+    args = p.parse_args()
+    model = build_model(args.model, "cuda", torch.bfloat16, max_seq=512)
+    step = trident.jit(model.step_for("kernels", args.pos_kind))
+    caches = model.new_caches(args.batch)
+    tokens = torch.zeros(args.batch, dtype=torch.long, device="cuda")
+    positions: list[Any] = list(range(model.max_seq - 1))
+    if args.pos_kind == "tensor":
+        positions = [torch.tensor([p], dtype=torch.int32, device="cuda") for p in positions]
+
+    def recordings() -> list[Any]:
+        entry = step._trident.entry  # type: ignore[attr-defined]
+        return [r for i in range(len(step._trident.specializations)) for r in entry.graphs(i)["recordings"]]  # type: ignore[attr-defined]
+
+    with torch.no_grad():
+        for pos in positions:
+            step(tokens, pos, caches)
+        torch.cuda.synchronize()
+        if args.phases:
+            for r in recordings():
+                r.time_replays(True)
+        replays = sum(r.counts["replays"] for r in recordings())
+        rounds, i, start = [], 0, time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter()
+            for _ in range(STEPS):
+                step(tokens, positions[8 + i % (len(positions) - 8)], caches)
+                i += 1
+            rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
+            torch.cuda.synchronize()
+    result: dict[str, Any] = {
+        "label": args.label, "model": args.model, "pos_kind": args.pos_kind, "batch": args.batch,
+        "host_us": sorted(rounds)[len(rounds) // 2], "steps": i,
+        "replayed": sum(r.counts["replays"] for r in recordings()) - replays, "machine": machine_info(torch.device("cuda")),
+    }  # fmt: skip
+    if args.phases:
+        sums: dict[str, float] = {}
+        for r in recordings():
+            for key, ns in r.times.items():
+                sums[key] = sums.get(key, 0) + ns
+        n = max(sums.pop("replays"), 1)
+        phases = {key: ns / 1e3 / n for key, ns in sums.items()}
+        phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
+        result["phases_us"] = phases
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
