@@ -125,6 +125,21 @@ def recordings(step) -> list[Any]:
     return [r for index in range(len(step._trident.specializations)) for r in entry.graphs(index)["recordings"]]
 
 
+def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:
+    """The replays the recordings timed since time_replays(True), and their host µs per replay by phase, with
+    `program_rest`: the host program's time outside its opaque and Triton steps. ({} when none replayed.)"""
+    sums: dict[str, float] = defaultdict(float)
+    for r in recs:
+        for key, ns in r.times.items():
+            sums[key] += ns
+    replays = int(sums.pop("replays", 0))
+    if replays == 0:
+        return 0, {}
+    phases = {key: ns / 1e3 / replays for key, ns in sums.items()}
+    phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
+    return replays, phases
+
+
 def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dict[str, float]:
     """Graph replay's host time per replayed step by phase (the runtime's own timers, csrc/graph_recording.h's
     ReplayTimes), with the GPU asleep as in host_us; `entry` is the rest of the host time per step: the call's
@@ -132,16 +147,11 @@ def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dic
     for r in recordings(step):
         r.time_replays(True)
     total = host_us(step, tokens, caches, positions, steps) * HOST_REPEATS * steps
-    sums: dict[str, float] = defaultdict(float)
+    replays, phases = timed_phases(recordings(step))
     for r in recordings(step):
-        for key, value in r.times.items():
-            sums[key] += value
         r.time_replays(False)
-    replays = sums.pop("replays")
     if replays == 0:
         return {"replayed_steps": 0}
-    phases = {key: ns / 1e3 / replays for key, ns in sums.items()}
-    phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
     phases["entry"] = total / replays - phases["program"] - phases["launch"] - phases["result_copies"]
     return {"replayed_steps": replays / (HOST_REPEATS * steps), **phases}
 

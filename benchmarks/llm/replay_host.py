@@ -25,6 +25,7 @@ import torch
 
 import trident
 
+from benchmarks.llm.host_profile import recordings, timed_phases
 from benchmarks.llm.models import build_model
 from benchmarks.llm.run import machine_info
 
@@ -49,18 +50,14 @@ def main() -> None:
     if args.pos_kind == "tensor":
         positions = [torch.tensor([p], dtype=torch.int32, device="cuda") for p in positions]
 
-    def recordings() -> list[Any]:
-        entry = step._trident.entry  # type: ignore[attr-defined]
-        return [r for i in range(len(step._trident.specializations)) for r in entry.graphs(i)["recordings"]]  # type: ignore[attr-defined]
-
     with torch.no_grad():
         for pos in positions:
             step(tokens, pos, caches)
         torch.cuda.synchronize()
         if args.phases:
-            for r in recordings():
+            for r in recordings(step):
                 r.time_replays(True)
-        replays = sum(r.counts["replays"] for r in recordings())
+        replays = sum(r.counts["replays"] for r in recordings(step))
         rounds, i, start = [], 0, time.perf_counter()
         while time.perf_counter() - start < args.seconds:
             torch.cuda._sleep(SLEEP_CYCLES)
@@ -73,17 +70,11 @@ def main() -> None:
     result: dict[str, Any] = {
         "label": args.label, "model": args.model, "pos_kind": args.pos_kind, "batch": args.batch,
         "host_us": sorted(rounds)[len(rounds) // 2], "steps": i,
-        "replayed": sum(r.counts["replays"] for r in recordings()) - replays, "machine": machine_info(torch.device("cuda")),
+        "replayed": sum(r.counts["replays"] for r in recordings(step)) - replays,
+        "machine": machine_info(torch.device("cuda")),
     }  # fmt: skip
     if args.phases:
-        sums: dict[str, float] = {}
-        for r in recordings():
-            for key, ns in r.times.items():
-                sums[key] = sums.get(key, 0) + ns
-        n = max(sums.pop("replays"), 1)
-        phases = {key: ns / 1e3 / n for key, ns in sums.items()}
-        phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
-        result["phases_us"] = phases
+        result["phases_us"] = timed_phases(recordings(step))[1]
     print(json.dumps(result), flush=True)
 
 

@@ -44,12 +44,9 @@ TYPED_OPS = (
 )  # fmt: skip
 
 # The pure views among them: each also gets an entry that runs below the autograd and ADInplaceOrView layers
-# (lowering/aliasing.py says when compiled code may call it: private views).
-VIEW_OPS = ("t", "transpose.int", "permute", "view", "unsqueeze", "squeeze.dim", "expand", "slice.Tensor",
-            "select.int", "alias")  # fmt: skip
-BELOW_AUTOGRAD = "_below_autograd"  # the suffix of those entries' symbols
-# Those entries make the view without the dispatcher (csrc/private_views.h): the function, and the argument types
-# it is written for. A torch whose schema differs gets the dispatcher's entry instead.
+# (lowering/aliasing.py says when compiled code may call it: private views), which makes the view without the
+# dispatcher (csrc/private_views.h): the function, and the argument types it is written for. A torch whose schema
+# differs gets an entry through the dispatcher instead.
 DIRECT_VIEWS = {
     "t": ("t", ("Tensor(a)",)),
     "transpose.int": ("transpose", ("Tensor(a)", "int", "int")),
@@ -62,6 +59,8 @@ DIRECT_VIEWS = {
     "select.int": ("select", ("Tensor(a)", "int", "SymInt")),
     "alias": ("alias", ("Tensor(a)",)),
 }  # fmt: skip
+VIEW_OPS = tuple(DIRECT_VIEWS)
+BELOW_AUTOGRAD = "_below_autograd"  # the suffix of those entries' symbols
 
 _SCALARS = {"int": "int64_t", "float": "double", "bool": "bool", "ScalarType": "at::ScalarType",
             "Layout": "at::Layout", "MemoryFormat": "at::MemoryFormat"}  # fmt: skip

@@ -158,7 +158,6 @@ struct ReplayTimes {
   int64_t replays = 0;
   int64_t program = 0, opaque_steps = 0, triton_steps = 0, launch = 0, result_copies = 0;
 };
-int64_t now_ns();
 
 // The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
 // results share is handed out as one fresh copy of this span, so the results keep sharing memory as they do

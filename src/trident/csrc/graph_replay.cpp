@@ -44,11 +44,6 @@ namespace trident::graphs {
 thread_local Recording* active = nullptr;
 Driver driver;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool last_node(CUstream stream, CUgraphNode* node) {
   int status = 0;
   unsigned long long id = 0;
@@ -61,6 +56,21 @@ bool last_node(CUstream stream, CUgraphNode* node) {
 }
 
 namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs one step of a replay, adding its host time to `phase` when the recording is timed (time_replays).
+template <typename Run>
+int32_t timed(Recording* rec, int64_t ReplayTimes::*phase, Run run) {
+  if (rec->times == nullptr) return run();
+  const int64_t start = now_ns();
+  const int32_t status = run();
+  rec->times->*phase += now_ns() - start;
+  return status;
+}
 
 int32_t diverge(Recording* rec, const std::string& why) {
   *rec->failure = why;
@@ -296,6 +306,26 @@ bool same_parameters(const Step& step, const PreparedLaunch& p) {
          step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
 }
 
+// Replay: checks that this launch is the recorded step's and patches its node where the parameters differ.
+int32_t replay_triton(Recording* rec, const void* identity, const char* name, PreparedLaunch& p, bool empty) {
+  if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
+  Step& step = (*rec->steps)[rec->cursor];
+  if (step.identity != identity || (step.kind == StepKind::kEmptyLaunch) != empty) {
+    return diverge(rec, std::string("Triton kernel '") + name + "' where the recording has " + step.name +
+                            (empty ? " (this launch has an empty grid)" : ""));
+  }
+  ++rec->cursor;
+  if (empty || same_parameters(step, p)) return TRIDENT_OK;
+  KernelNodeParams params{p.function, p.grid[0], p.grid[1], p.grid[2], p.block_threads, 1, 1,
+                          p.shared_bytes, p.params, nullptr};
+  if (driver.set_kernel_params(rec->exec, step.node, &params) != 0) {
+    return diverge(rec, std::string("Triton kernel '") + name + "': its graph node could not be patched");
+  }
+  snapshot_parameters(&step, p);
+  ++rec->patched_nodes;
+  return TRIDENT_OK;
+}
+
 }  // namespace
 
 
@@ -335,11 +365,8 @@ int32_t opaque_step(const void* identity, const char* name, const int64_t* args,
     if (rec->mode == Mode::kRecord) {
       return record_opaque(rec, identity, name, args, nargs, written, run, closure, rets, nrets, scalar_results);
     }
-    if (rec->times == nullptr) return replay_opaque(rec, identity, name, args, nargs, rets, nrets);
-    const int64_t start = now_ns();
-    const int32_t status = replay_opaque(rec, identity, name, args, nargs, rets, nrets);
-    rec->times->opaque_steps += now_ns() - start;
-    return status;
+    return timed(rec, &ReplayTimes::opaque_steps,
+                 [&] { return replay_opaque(rec, identity, name, args, nargs, rets, nrets); });
   } catch (...) {
     active = rec;
     return trident::fail_with_current_exception();
@@ -372,30 +399,7 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
     rec->steps->push_back(std::move(step));
     return TRIDENT_OK;
   }
-  const int64_t start = rec->times != nullptr ? now_ns() : 0;
-  struct CountTime {
-    Recording* rec;
-    int64_t start;
-    ~CountTime() {
-      if (rec->times != nullptr) rec->times->triton_steps += now_ns() - start;
-    }
-  } count_time{rec, start};
-  if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
-  Step& step = (*rec->steps)[rec->cursor];
-  if (step.identity != identity || (step.kind == StepKind::kEmptyLaunch) != empty) {
-    return diverge(rec, std::string("Triton kernel '") + name + "' where the recording has " + step.name +
-                            (empty ? " (this launch has an empty grid)" : ""));
-  }
-  ++rec->cursor;
-  if (empty || same_parameters(step, *p)) return TRIDENT_OK;
-  KernelNodeParams params{p->function, p->grid[0], p->grid[1], p->grid[2], p->block_threads, 1, 1,
-                          p->shared_bytes, p->params, nullptr};
-  if (driver.set_kernel_params(rec->exec, step.node, &params) != 0) {
-    return diverge(rec, std::string("Triton kernel '") + name + "': its graph node could not be patched");
-  }
-  snapshot_parameters(&step, *p);
-  ++rec->patched_nodes;
-  return TRIDENT_OK;
+  return timed(rec, &ReplayTimes::triton_steps, [&] { return replay_triton(rec, identity, name, *p, empty); });
 }
 
 int32_t unsupported(const std::string& why) {

@@ -161,7 +161,8 @@ at::Tensor squeeze_dim(const at::Tensor& self, int64_t dim) {
 at::Tensor expand(const at::Tensor& self, c10::SymIntArrayRef size, bool implicit) {
   if (plain(self) && size.size() >= self.sizes().size()) {
     try {
-      auto geometry = at::inferExpandGeometry_dimvector(self.sizes(), self.strides(), c10::asIntArrayRefUnchecked(size));
+      auto geometry =
+          at::inferExpandGeometry_dimvector(self.sizes(), self.strides(), c10::asIntArrayRefUnchecked(size));
       return make(self, geometry.sizes, geometry.strides, self.storage_offset());
     } catch (const c10::Error&) {
       // a size the tensor does not expand to: ATen's expand raises its own error below
@@ -209,20 +210,52 @@ at::Tensor select(const at::Tensor& self, int64_t dim, c10::SymInt index) {
 
 namespace {
 
-bool read_ints(PyObject* list, std::vector<int64_t>* out) {
-  PyObject* items = PySequence_Fast(list, "private_view: expected a sequence of ints");
-  if (items == nullptr) return false;
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
-    out->push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(items, i)));
+// The Python arguments after (name, tensor), read as each function takes them; a bad one sets a Python error.
+struct PyArgs {
+  PyObject* tuple;
+  PyObject* at(Py_ssize_t i) const { return PyTuple_GET_ITEM(tuple, 2 + i); }
+  int64_t integer(Py_ssize_t i) const { return PyLong_AsLongLong(at(i)); }
+  std::optional<c10::SymInt> optional(Py_ssize_t i) const {
+    if (at(i) == Py_None) return std::nullopt;
+    return c10::SymInt(integer(i));
   }
-  Py_DECREF(items);
-  return !PyErr_Occurred();
-}
+  std::vector<int64_t> ints(Py_ssize_t i) const {
+    std::vector<int64_t> out;
+    PyObject* items = PySequence_Fast(at(i), "private_view: expected a sequence of ints");
+    if (items == nullptr) return out;
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(items); ++k) {
+      out.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(items, k)));
+    }
+    Py_DECREF(items);
+    return out;
+  }
+};
 
-std::optional<c10::SymInt> optional_int(PyObject* obj) {
-  if (obj == Py_None) return std::nullopt;
-  return c10::SymInt(PyLong_AsLongLong(obj));
-}
+struct PyFunction {
+  const char* name;
+  Py_ssize_t arity;
+  at::Tensor (*call)(const at::Tensor&, const PyArgs&);
+};
+// Each entry reads its arguments (a bad one sets the Python error the caller checks) and calls the function.
+using Py = const PyArgs;
+const PyFunction kPyFunctions[] = {
+    {"t", 0, [](const at::Tensor& x, Py&) { return private_views::t(x); }},
+    {"alias", 0, [](const at::Tensor& x, Py&) { return private_views::alias(x); }},
+    {"transpose", 2,
+     [](const at::Tensor& x, Py& a) { return private_views::transpose(x, a.integer(0), a.integer(1)); }},
+    {"permute", 1, [](const at::Tensor& x, Py& a) { return private_views::permute(x, a.ints(0)); }},
+    {"view", 1, [](const at::Tensor& x, Py& a) { return private_views::view(x, c10::fromIntArrayRefSlow(a.ints(0))); }},
+    {"unsqueeze", 1, [](const at::Tensor& x, Py& a) { return private_views::unsqueeze(x, a.integer(0)); }},
+    {"squeeze_dim", 1, [](const at::Tensor& x, Py& a) { return private_views::squeeze_dim(x, a.integer(0)); }},
+    {"expand", 1,
+     [](const at::Tensor& x, Py& a) { return private_views::expand(x, c10::fromIntArrayRefSlow(a.ints(0)), false); }},
+    {"slice", 4,
+     [](const at::Tensor& x, Py& a) {
+       return private_views::slice(x, a.integer(0), a.optional(1), a.optional(2), c10::SymInt(a.integer(3)));
+     }},
+    {"select", 2,
+     [](const at::Tensor& x, Py& a) { return private_views::select(x, a.integer(0), c10::SymInt(a.integer(1))); }},
+};
 
 }  // namespace
 
@@ -233,38 +266,19 @@ PyObject* py_private_view(PyObject*, PyObject* args) {
     return nullptr;
   }
   const std::string name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0));
-  const at::Tensor& self = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
-  auto arg = [&](Py_ssize_t i) { return PyTuple_GET_ITEM(args, 2 + i); };
-  auto int_arg = [&](Py_ssize_t i) { return static_cast<int64_t>(PyLong_AsLongLong(arg(i))); };
-  const std::vector<std::pair<std::string, Py_ssize_t>> arity = {
-      {"t", 0}, {"alias", 0}, {"transpose", 2}, {"permute", 1}, {"view", 1}, {"unsqueeze", 1},
-      {"squeeze_dim", 1}, {"expand", 1}, {"slice", 4}, {"select", 2}};
-  bool known = false;
-  for (const auto& [op, count] : arity) known = known || (op == name && n == 2 + count);
-  if (!known) {
-    PyErr_Format(PyExc_ValueError, "private_view: no function %s taking %zd argument(s)", name.c_str(), n - 2);
-    return nullptr;
+  for (const PyFunction& f : kPyFunctions) {
+    if (name != f.name || n != 2 + f.arity) continue;
+    try {
+      at::Tensor result = f.call(THPVariable_Unpack(PyTuple_GET_ITEM(args, 1)), PyArgs{args});
+      if (PyErr_Occurred()) return nullptr;
+      return THPVariable_Wrap(std::move(result));
+    } catch (...) {
+      trident::fail_with_current_exception();
+      return trident::raise_last_error();
+    }
   }
-  std::vector<int64_t> ints;
-  if ((name == "permute" || name == "view" || name == "expand") && !read_ints(arg(0), &ints)) return nullptr;
-  try {
-    at::Tensor result;
-    if (name == "t") result = private_views::t(self);
-    if (name == "alias") result = private_views::alias(self);
-    if (name == "transpose") result = private_views::transpose(self, int_arg(0), int_arg(1));
-    if (name == "permute") result = private_views::permute(self, ints);
-    if (name == "view") result = private_views::view(self, c10::fromIntArrayRefSlow(ints));
-    if (name == "unsqueeze") result = private_views::unsqueeze(self, int_arg(0));
-    if (name == "squeeze_dim") result = private_views::squeeze_dim(self, int_arg(0));
-    if (name == "expand") result = private_views::expand(self, c10::fromIntArrayRefSlow(ints), false);
-    if (name == "slice") result = private_views::slice(self, int_arg(0), optional_int(arg(1)), optional_int(arg(2)), c10::SymInt(int_arg(3)));
-    if (name == "select") result = private_views::select(self, int_arg(0), c10::SymInt(int_arg(1)));
-    if (PyErr_Occurred()) return nullptr;
-    return THPVariable_Wrap(std::move(result));
-  } catch (...) {
-    trident::fail_with_current_exception();
-    return trident::raise_last_error();
-  }
+  PyErr_Format(PyExc_ValueError, "private_view: no function %s taking %zd argument(s)", name.c_str(), n - 2);
+  return nullptr;
 }
 
 PyObject* py_private_view_counts(PyObject*, PyObject*) {
