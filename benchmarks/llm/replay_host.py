@@ -4,7 +4,9 @@ The model's step (op set `kernels`, batch 1 unless --batch) runs under trident.j
 every position once (compiles, records, and every Triton variant a position needs), then in rounds of 16 steps
 enqueued while the GPU sleeps, so no call waits on the device: the median round gives host µs per step. With
 --phases, the recordings' own timers (GraphRecording.time_replays) split it: the host program in replay mode (its
-opaque and Triton steps apart), the graph launch and the result copies; the rest is the entry (binding, guards).
+opaque and Triton steps apart; with a replay plan on, the words function and the nodes computed from them), the
+graph launch and the result copies; the rest is the entry (binding, guards). TRIDENT_REPLAY_PLAN=1 measures
+replays from a replay plan (lowering/replay_plan.py), without the host program.
 The timers cost a little, so compare trees or machines without --phases. One JSON line per run on stdout.
 
     python -m benchmarks.llm.replay_host --model llama --pos-kind int [--seconds 3] [--phases]
@@ -71,6 +73,7 @@ def main() -> None:
         "label": args.label, "model": args.model, "pos_kind": args.pos_kind, "batch": args.batch,
         "host_us": sorted(rounds)[len(rounds) // 2], "steps": i,
         "replayed": sum(r.counts["replays"] for r in recordings(step)) - replays,
+        "plans": [r.plan for r in recordings(step)],  # the replay plans' states (None: replays run the program)
         "machine": machine_info(torch.device("cuda")),
     }  # fmt: skip
     if args.phases:

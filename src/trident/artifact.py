@@ -46,6 +46,19 @@ class LaunchSiteSlot:
     launch: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplayPlan:
+    """How a CUDA graph replay of the host program can skip running it (lowering/replay_plan.py): the symbol of
+    the function that computes the `words` that can change between calls, how many tensors it hands the caller
+    from the recording (`outputs`), and per step of the program, in order, whether it is a Triton launch and which
+    of its arguments is which word: ((argument, word), ...)."""
+
+    symbol: str
+    words: int
+    outputs: int
+    steps: tuple[tuple[bool, tuple[tuple[int, int], ...]], ...]
+
+
 @dataclasses.dataclass
 class Artifact:
     """One specialization as the compiler made it: its code, the symbols of its guard and run functions, the
@@ -58,3 +71,4 @@ class Artifact:
     aten_calls: list[str]  # every ATen call of the host program, in order (explain)
     slots: list[object]  # ctx->constants: objects, BufferPoolSlot and LaunchSiteSlot
     stages: dict[str, str] = dataclasses.field(default_factory=dict)  # stage name -> IR text (empty when loaded)
+    replay_plan: ReplayPlan | str = "not lowered"  # or why the program has none

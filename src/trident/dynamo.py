@@ -85,7 +85,7 @@ def _names(value: object) -> frozenset[str]:
 OPTIONS: dict[str, Callable[[object], object]] = {
     "disable": _bool, "dump_ir": _path, "log": _names, "max_specializations": _int, "buffer_pool_mb": _number,
     "matmul_plans": _bool, "private_views": _bool, "strict": _bool, "see_through": _bool, "opaque_ops": _names,
-    "cuda_graphs": _bool,
+    "cuda_graphs": _bool, "replay_plan": _bool,
 }  # fmt: skip
 NOT_OPTIONS = {
     "cache_dir": "the native runtime is built and loaded once per process, under TRIDENT_CACHE_DIR",

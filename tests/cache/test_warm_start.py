@@ -361,3 +361,29 @@ def test_stored_code_contains_no_process_addresses(disk_cache: Path) -> None:
     # The check finds an address when there is one (planted at an odd offset, as an immediate would be).
     planted = data[:101] + id(weight).to_bytes(8, "little") + data[101:]
     assert id(weight) in native_library.baked_addresses(planted, known)
+
+
+def test_a_replay_plan_is_stored_with_its_specialization(disk_cache: Path) -> None:
+    """A loaded specialization keeps its CUDA graph replay plan (lowering/replay_plan.py), and the stored library
+    has the words function, which computes this process's words."""
+    from trident.runtime import load_runtime
+
+    table = torch.randn(16, 4)
+
+    def fn(x, pos):  # type: ignore[no-untyped-def]
+        return x + table[pos : pos + 1]
+
+    x = torch.randn(1, 4)
+    plans = []
+    with override(replay_plan=True), count_compiles() as compiles:
+        for _ in range(2):  # compiled and stored, then loaded
+            jitted = trident.jit(fn)
+            jitted(x, 3)
+            spec = jitted._trident.specializations[0]  # type: ignore[attr-defined]
+            plans.append(spec.compiled.artifact.replay_plan)
+        assert compiles() == 1 and "loaded from the disk cache" in trident.explain(jitted)
+    compiled_plan, loaded_plan = plans
+    assert loaded_plan == compiled_plan and not isinstance(loaded_plan, str), loaded_plan
+    address = spec.compiled.native.address(loaded_plan.symbol)
+    words = load_runtime().replay_words(address, spec.compiled.context, (x, 3), loaded_plan.words)
+    assert sorted(words) == sorted([x.data_ptr(), table[3].data_ptr()]), words

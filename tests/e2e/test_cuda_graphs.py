@@ -47,17 +47,13 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-@gpu
-@pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
-@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int) -> None:
+def decode_steps_replay_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int, plan: bool) -> None:
     model = build_model(model_name, "cuda", torch.bfloat16, tiny=True, max_seq=128)
     fn = model.step_for("kernels", pos_kind)
     with_graphs, direct = jitted(fn, True), jitted(fn, False)
     caches, direct_caches = model.new_caches(batch), model.new_caches(batch)
     held = []
-    with torch.no_grad():
+    with torch.no_grad(), override(replay_plan=plan):
         for p in POSITIONS:
             tokens = torch.randint(0, model.vocab, (batch,), device="cuda")  # a new tensor every step
             pos = torch.tensor([p], dtype=torch.int32, device="cuda") if pos_kind == "tensor" else p
@@ -84,7 +80,33 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
     assert graphs["misses"] <= 4 and len(graphs["recordings"]) == 1 and not graphs["off"], text
     assert recording.counts["patched_nodes"] > 0, text  # positions and the moving tokens reached it by patches
     assert "CUDA graph:" in text and "replay(s)" in text, text
+    if plan:
+        # After one replay it learns from and three it proves itself against, the replay plan computes the nodes
+        # without the host program: every later replay but those of a new kernel variant.
+        state = recording.plan
+        assert state is not None and state["state"] == "on", text
+        assert state["fallbacks"] <= 4 and state["replays"] >= graphs["replays"] - 4 - state["fallbacks"], text
+        assert "replay plan: on" in text, text
+    else:
+        assert recording.plan is None and "replay plan" not in text, text
     assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+
+
+@gpu
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int) -> None:
+    decode_steps_replay_the_direct_paths_bits(model_name, pos_kind, batch, plan=False)
+
+
+@gpu
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_decode_step_replays_from_its_plan(model_name: str, pos_kind: str, batch: int) -> None:
+    """TRIDENT_REPLAY_PLAN=1: the same calls, most of them replayed without the host program."""
+    decode_steps_replay_the_direct_paths_bits(model_name, pos_kind, batch, plan=True)
 
 
 @gpu
@@ -396,6 +418,34 @@ def test_a_compiled_modules_parameters_are_not_staged() -> None:
     assert recordings, trident.explain(graph.entry)  # type: ignore[attr-defined]
     assert recordings[0].counts["replays"] >= 3 and recordings[0].counts["staged_inputs"] == 1, recordings[0].counts
     torch._dynamo.reset()
+
+
+@gpu
+def test_the_replay_plan_hands_a_call_it_cannot_vouch_for_to_the_host_program() -> None:
+    """Once on, the plan replays without the host program; an argument an operator reads in place that moved (a
+    large one, not staged) is a call the plan cannot vouch for: the host program's replay sees it and the call runs
+    directly, correct, and later calls at the recorded address replay from the plan again."""
+
+    def f(x: torch.Tensor, w: torch.Tensor, table: torch.Tensor, pos: int) -> torch.Tensor:
+        return F.silu(x @ w) + table[pos : pos + 1]  # the row at the position: a view the plan makes
+
+    x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, 256, device="cuda")
+    table = torch.randn(32, 256, device="cuda")
+    with_graphs = jitted(f, True)
+    with override(replay_plan=True):  # read when a specialization compiles
+        for p in range(12):
+            assert same_bits(with_graphs(x, w, table, p), f(x, w, table, p)), p
+    last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]
+    recording = graph_of(with_graphs, last)
+    text = trident.explain(with_graphs)
+    assert recording is not None and recording.plan["state"] == "on", text
+    replays = recording.plan["replays"]
+    assert replays >= 2, recording.plan
+    moved = torch.randn(256, 256, device="cuda")  # 256 KB: too large to stage
+    assert same_bits(with_graphs(x, moved, table, 5), f(x, moved, table, 5))
+    assert recording.plan["fallbacks"] == 1 and recording.plan["replays"] == replays, recording.plan
+    assert same_bits(with_graphs(x, w, table, 7), f(x, w, table, 7))
+    assert recording.plan["replays"] == replays + 1 and recording.plan["state"] == "on", recording.plan
 
 
 def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly() -> None:

@@ -6,6 +6,8 @@ Calls draw, per step: fresh input tensors (moved addresses) or the same ones, si
 symbolic specialization replaying one recording per size), an int that feeds grids, slices, in-place writes and
 kernel arguments, the current stream or a side stream, and results that are kept for the rest of the run (held
 results must never change afterwards).
+Each program runs with replays through the host program and with TRIDENT_REPLAY_PLAN=1 (replays from a plan where
+the program has one: the cache update does, the slice at k of a result does not).
 TRIDENT_GRAPH_FUZZ_CALLS=N sets the calls per program (default 600)."""
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import triton
 import triton.language as tl
 
 import trident
+from trident.knobs import override
 
 CALLS = int(os.environ.get("TRIDENT_GRAPH_FUZZ_CALLS", "600") or 600)
 pytestmark = pytest.mark.gpu
@@ -61,14 +64,21 @@ def replays(step) -> int:  # type: ignore[no-untyped-def]
     return sum(state.entry.graphs(s.index)["replays"] for s in state.specializations)
 
 
-def test_fuzz_kernel_and_aten_program() -> None:
+def plan_replays(step) -> int:  # type: ignore[no-untyped-def]
+    state = step._trident
+    return sum((r.plan or {}).get("replays", 0) for s in state.specializations
+               for r in state.entry.graphs(s.index)["recordings"])  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_fuzz_kernel_and_aten_program(plan: bool) -> None:
     rng = random.Random(17)
     graphs, direct = pair(kernel_and_aten)
     side = torch.cuda.Stream()
     w = torch.randn(64, 64, device="cuda")
     inputs = {rows: torch.randn(rows, 64, device="cuda") for rows in (8, 16, 40)}
     held: list[tuple[torch.Tensor, torch.Tensor]] = []
-    with torch.no_grad():
+    with torch.no_grad(), override(replay_plan=plan):
         for i in range(CALLS):
             rows = rng.choice((8, 16, 40))
             x = inputs[rows] if rng.random() < 0.7 else torch.randn(rows, 64, device="cuda")
@@ -86,11 +96,12 @@ def test_fuzz_kernel_and_aten_program() -> None:
     assert replays(graphs) > CALLS // 3, trident.explain(graphs)
 
 
-def test_fuzz_in_place_cache_update_at_an_int_position() -> None:
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_fuzz_in_place_cache_update_at_an_int_position(plan: bool) -> None:
     rng = random.Random(7)
     graphs, direct = pair(cache_update)
     cache, direct_cache = torch.zeros(64, 512, device="cuda"), torch.zeros(64, 512, device="cuda")
-    with torch.no_grad():
+    with torch.no_grad(), override(replay_plan=plan):
         for i in range(CALLS):
             pos = rng.randrange(0, 64)
             row = torch.randn(512, device="cuda")
@@ -99,3 +110,5 @@ def test_fuzz_in_place_cache_update_at_an_int_position() -> None:
             assert same_bits(got, want), f"call {i}: position {pos}"
             assert same_bits(cache, direct_cache), f"call {i}: the caches differ after position {pos}"
     assert replays(graphs) > CALLS // 3, trident.explain(graphs)
+    # The row at the position is a view the plan makes; the write into it a staged, patched copy.
+    assert (plan_replays(graphs) > CALLS // 3) == plan, trident.explain(graphs)

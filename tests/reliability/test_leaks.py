@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import trident
+from trident.knobs import override
 from trident.testing import triton_launch_sites
 
 LEAK_CALLS = int(os.environ.get("TRIDENT_LEAK_CALLS", "20000") or 20000)
@@ -99,11 +100,13 @@ GRAPH_LEAK_CALLS = max(LEAK_CALLS, 100_000)  # issue 17: 10^5 graph-replayed cal
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("graphs", [False, True], ids=["direct", "cuda_graphs"])
-def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool) -> None:
+@pytest.mark.parametrize(("graphs", "plan"), [(False, False), (True, False), (True, True)],
+                         ids=["direct", "cuda_graphs", "replay_plan"])  # fmt: skip
+def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool, plan: bool) -> None:
     """On CUDA: ATen outputs and a natively launched Triton kernel's output die with the caller's references
     (torch.cuda.memory_allocated returns exactly to its level), and RSS stays flat; with CUDA graph replay
-    too, over 10^5 replayed calls (each result a fresh tensor copied out of graph memory)."""
+    too, over 10^5 replayed calls (each result a fresh tensor copied out of graph memory), through the host
+    program and from a replay plan (TRIDENT_REPLAY_PLAN=1)."""
     import triton
     import triton.language as tl
 
@@ -123,7 +126,7 @@ def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool
     def usage() -> tuple[int, int]:
         return torch.cuda.memory_allocated(), rss_bytes()
 
-    with torch.no_grad():
+    with torch.no_grad(), override(replay_plan=plan):
         torch.testing.assert_close(step(x, y)[0], x * 3 + y)
         window = (GRAPH_LEAK_CALLS if graphs else LEAK_CALLS) // 2
         memory, rss = measure_after_calls(lambda: step(x, y), WARMUP_CALLS, usage)  # type: ignore[misc]
@@ -133,6 +136,9 @@ def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool
     assert launches.native_launches >= 2 * window
     replayed = step._trident.entry.graphs(0)["replays"]  # type: ignore[attr-defined]
     assert replayed >= 2 * window if graphs else replayed == 0, trident.explain(step)
+    recording = step._trident.entry.graphs(0)["recordings"][0] if graphs else None  # type: ignore[attr-defined]
+    if plan:
+        assert recording.plan["state"] == "on" and recording.plan["replays"] >= 2 * window, trident.explain(step)
     if graphs:
         torch.testing.assert_close(step(x, y)[0], x * 3 + y)
     rss_per_call = [(rss_middle - rss) / window, (rss_after - rss_middle) / window]

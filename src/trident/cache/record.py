@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..artifact import ReplayPlan
 from ..capture.guards import GuardSet
 from ..capture.inputs import CallFacts, LeafKind
 from ..capture.trace import OutputTree
@@ -90,6 +91,7 @@ class Record:
     roots: list[Root]
     state_digest: str
     code_dependencies: list[CodeDependency]
+    replay_plan: ReplayPlan | str = "not stored"  # artifact.ReplayPlan, or why the program has none
 
 
 def strip_live_objects(guards: GuardSet, facts: CallFacts) -> tuple[GuardSet, CallFacts]:

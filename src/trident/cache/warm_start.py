@@ -246,7 +246,7 @@ class Session:
             guard_symbol=compiled.guard_symbol, run_symbol=compiled.run_symbol, ops=list(compiled.ops),
             aten_calls=list(compiled.aten_calls), constants=recipes, n_trace_constants=len(trace.constants),
             guards=guards, facts=facts, outputs=trace.outputs, roots=roots, state_digest=walk.digest(),
-            code_dependencies=deps,
+            code_dependencies=deps, replay_plan=compiled.artifact.replay_plan if compiled.artifact else "not stored",
         )  # fmt: skip
         path = spec.disk_record = store.publish(self.key, record, library)
         evicted = store.evict()
@@ -348,7 +348,8 @@ def _load_record(
     except OSError as e:
         raise CorruptRecord(f"its library does not load: {e}") from e
     artifact = Artifact(
-        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots
+        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots,
+        replay_plan=record.replay_plan,
     )  # fmt: skip
     try:
         compiled = instantiate(artifact)

@@ -7,6 +7,8 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
+
 namespace trident::graphs {
 
 namespace {
@@ -16,7 +18,9 @@ void recording_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   if (rec->exec != nullptr) driver.destroy_exec(rec->exec);
   if (rec->graph != nullptr) driver.destroy_graph(rec->graph);
-  delete rec->steps;  // the results first: their memory returns to the graph's pool, which the keepalive frees
+  delete rec->plan;  // its outputs and the steps' results first: their memory returns to the graph's pool, which
+  rec->plan = nullptr;  // the keepalive frees
+  delete rec->steps;
   rec->steps = nullptr;
   Py_CLEAR(rec->keepalive);
   delete rec->internal;
@@ -38,7 +42,8 @@ int recording_traverse(PyObject* self, visitproc visit, void* arg) {
 
 int recording_clear(PyObject* self) {
   Recording* rec = as_recording(self);
-  if (rec->steps != nullptr) rec->steps->clear();  // graph memory before the pool that holds it
+  if (rec->plan != nullptr) rec->plan->outputs.clear();  // graph memory before the pool that holds it
+  if (rec->steps != nullptr) rec->steps->clear();
   Py_CLEAR(rec->keepalive);
   return 0;
 }
@@ -184,7 +189,74 @@ PyObject* recording_times(PyObject* self, void*) {
                        "launch", (long long)t->launch, "result_copies", (long long)t->result_copies);
 }
 
+// set_plan(words_fn: int, words: int, outputs: int, steps: [(kernel, [(argument, word)])]): replay without the
+// host program once the plan is learned and proven (replay_plan.cpp); artifact.ReplayPlan has the layout. A plan
+// whose steps are not the recording's is kept off, with the reason.
+PyObject* recording_set_plan(PyObject* self, PyObject* args) {
+  Recording* rec = as_recording(self);
+  PyObject *address = nullptr, *steps_arg = nullptr;
+  long long n_words = 0, n_outputs = 0;
+  if (!PyArg_ParseTuple(args, "OLLO:set_plan", &address, &n_words, &n_outputs, &steps_arg)) return nullptr;
+  auto* plan = new Plan();
+  plan->words_fn = reinterpret_cast<WordsFn>(PyLong_AsVoidPtr(address));
+  plan->words.assign(static_cast<size_t>(std::max(n_words, 1LL)), 0);
+  plan->n_outputs = static_cast<size_t>(n_outputs);
+  PyObject* steps = PySequence_Fast(steps_arg, "set_plan: steps must be a sequence");
+  bool ok = plan->words_fn != nullptr && steps != nullptr;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(steps); ++i) {
+    PyObject* changing = nullptr;
+    int kernel = 0;
+    PlanStep step;
+    ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(steps, i), "pO", &kernel, &changing) != 0;
+    PyObject* pairs = ok ? PySequence_Fast(changing, "set_plan: a step's arguments must be a sequence") : nullptr;
+    ok = pairs != nullptr;
+    for (Py_ssize_t j = 0; ok && j < PySequence_Fast_GET_SIZE(pairs); ++j) {
+      long long argument = 0, word = 0;
+      ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(pairs, j), "LL", &argument, &word) != 0;
+      if (ok && (argument < 0 || word < 0 || word >= n_words)) {
+        PyErr_SetString(PyExc_ValueError, "set_plan: an argument or word out of range");
+        ok = false;
+      }
+      step.changing.emplace_back(argument, word);
+    }
+    Py_XDECREF(pairs);
+    step.kernel = kernel != 0;
+    plan->steps.push_back(std::move(step));
+  }
+  Py_XDECREF(steps);
+  if (!ok) {
+    delete plan;
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_plan: the words function's address is 0");
+    return nullptr;
+  }
+  const std::vector<Step>& recorded = *rec->steps;
+  if (plan->steps.size() != recorded.size()) {
+    plan_off(plan, "the recording has " + std::to_string(recorded.size()) + " steps, the plan " +
+                       std::to_string(plan->steps.size()));
+  }
+  for (size_t i = 0; i < recorded.size() && plan->state != PlanState::kOff; ++i) {
+    if (plan->steps[i].kernel != (recorded[i].kind != StepKind::kOpaque)) {
+      plan_off(plan, "step " + std::to_string(i) + " (" + recorded[i].name + ") is not of the kind the plan has");
+    }
+  }
+  delete rec->plan;
+  rec->plan = plan;
+  Py_RETURN_NONE;
+}
+
+// plan: None (no plan), or {"state": "learning" | "proving" | "on" | "off", "reason", "replays", "fallbacks"}.
+PyObject* recording_plan(PyObject* self, void*) {
+  const Plan* plan = as_recording(self)->plan;
+  if (plan == nullptr) Py_RETURN_NONE;
+  static const char* states[] = {"learning", "proving", "on", "off"};
+  return Py_BuildValue("{s:s,s:s,s:L,s:L}", "state", states[static_cast<int>(plan->state)], "reason",
+                       plan->off_reason.c_str(), "replays", (long long)plan->replays, "fallbacks",
+                       (long long)plan->fallbacks);
+}
+
 PyMethodDef recording_methods[] = {
+    {"set_plan", recording_set_plan, METH_VARARGS,
+     "set_plan(words_fn, words, outputs, steps): replay without the host program once proven"},
     {"time_replays", recording_time_replays, METH_O, "time_replays(on): sum the replays' host time by phase"},
     {"begin_capture", recording_begin_capture, METH_O, "begin_capture(keepalive): capture torch's current stream"},
     {"end_capture", recording_end_capture, METH_NOARGS, "end_capture(): end the capture, instantiate, replay from now on"},
@@ -197,6 +269,7 @@ PyGetSetDef recording_getset[] = {
     {"failure", recording_failure, nullptr, "why the program is not a graph, or why the last replay diverged", nullptr},
     {"counts", recording_counts, nullptr, "steps, replays, divergences and patched nodes", nullptr},
     {"times", recording_times, nullptr, "host ns by phase summed since time_replays(True), or None", nullptr},
+    {"plan", recording_plan, nullptr, "the replay plan's state, or None", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

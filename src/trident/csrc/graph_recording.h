@@ -167,6 +167,45 @@ struct ReturnedSpan {
   int64_t begin = 0, end = 0;  // bytes from the storage's start
 };
 
+// --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
+
+// The compiled function computing the words that can change between calls (lowering/replay_plan.py); with a
+// non-null result it also builds the call's result from the plan's outputs.
+using WordsFn = int32_t (*)(TridentSpecContext* ctx, PyObject* const* slots, int64_t* words, PyObject** result);
+
+// One recorded step as the plan sees it: which of its arguments is which word (from the compiler), and what the
+// first replay through the host program showed of the rest (learned).
+struct PlanStep {
+  bool kernel = false;
+  std::vector<std::pair<int64_t, int64_t>> changing;  // (argument, word)
+  std::vector<int64_t> offsets;   // per changing argument: a tensor's address minus its word; 0 for a scalar
+  std::vector<int64_t> tags;      // per changing argument: its tag word as the step got it
+  std::vector<int64_t> recorded;  // opaque, per changing argument: its value (address or bits) in the recording
+  std::vector<int64_t> operands;  // kernel: the launch's operands, tensors as their data addresses (TAG_INT)
+};
+
+// Learning: the next replay of the host program shows each step's arguments; proving: the next kProofs replays
+// compute every node from the plan first, then run the host program, which must find nothing to patch; on: a
+// replay runs the words function instead of the host program.
+enum class PlanState { kLearning, kProving, kOn, kOff };
+// What the host program's replay running now does for the plan: nothing, learn, prove it, or show that the plan
+// could not vouch for a call the graph replays.
+enum class PlanCheck { kNone, kLearn, kProve, kUnvouched };
+
+struct Plan {
+  WordsFn words_fn = nullptr;
+  std::vector<int64_t> words;
+  std::vector<PlanStep> steps;  // one per recorded step
+  PlanState state = PlanState::kLearning;
+  PlanCheck check = PlanCheck::kNone;
+  int proofs = 0, unvouched = 0;
+  std::string off_reason;
+  size_t n_outputs = 0;  // tensors the words function hands the caller (trident_graph_output)
+  std::vector<at::Tensor> outputs;  // the tensors the host program hands the caller, in order (learned)
+  size_t output_cursor = 0;
+  int64_t replays = 0, fallbacks = 0;
+};
+
 struct Recording {
   PyObject_HEAD
   Mode mode;
@@ -193,6 +232,7 @@ struct Recording {
   int64_t replays, divergences, patched_nodes;
   bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
   ReplayTimes* times;  // null unless asked for (time_replays): where the replays' host time went
+  Plan* plan;          // null: replays run the host program
 };
 
 inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
@@ -247,6 +287,37 @@ bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_
 // After instantiation: disables the operators' own fill kernels, which the memset nodes overwrite.
 void disable_superseded_fills(Recording* rec);
 inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+// --- Shared by replays with and without the host program (graph_replay.cpp) ----------------------------------
+
+int32_t diverge(Recording* rec, const std::string& why);
+// Points a memcpy node of the instantiated graph at new addresses.
+bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes);
+bool same_parameters(const Step& step, const PreparedLaunch& p);
+// Patches a kernel node to these parameters; false when the driver refused.
+bool patch_kernel(Recording* rec, Step* step, const PreparedLaunch& p);
+// After the steps are ready: launches the graph on `stream`, copies results into the caller's fresh tensors.
+ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyObject** result, bool count_launches,
+                            int64_t started, int64_t ran);
+int64_t now_ns();
+
+// --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
+
+// Replays a recording whose plan is on without running the host program. kDirect: the plan cannot vouch for this
+// call (a new kernel variant, an argument that moved where it may not): replay it through the host program.
+ReplayOutcome replay_from_plan(Recording* rec, TridentSpecContext* ctx, PyObject* const* slots, CUstream stream,
+                               PyObject** result, bool count_launches);
+// Before a replay through the host program: computes the words and, when proving, every node from the plan.
+// Sets plan->check to what the replay must do for the plan.
+void before_program(Recording* rec, TridentSpecContext* ctx, PyObject* const* slots);
+// After it: what it showed (status: the program's; diverged: it did not reach the launch).
+void after_program(Recording* rec, bool diverged, int64_t patched_before);
+// During it, for the step at rec->cursor that matched the recording (learning only).
+void learn_step(Recording* rec, const int64_t* args, int64_t nargs);
+// During it, for each tensor the host program hands the caller (learning and proving); false stops the plan.
+void note_output(Recording* rec, const at::Tensor* t);
+// Switches the plan off for good, with the reason explain gives.
+void plan_off(Plan* plan, const std::string& why);
 
 }  // namespace trident::graphs
 

@@ -55,12 +55,62 @@ bool last_node(CUstream stream, CUgraphNode* node) {
   return true;
 }
 
-namespace {
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+int32_t diverge(Recording* rec, const std::string& why) {
+  *rec->failure = why;
+  trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: CUDA graph replay diverged: " + why).c_str());
+  return TRIDENT_ERROR;
+}
+
+bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes) {
+  Memcpy3D p{};
+  p.src_memory_type = kMemoryTypeDevice;
+  p.src_device = source;
+  p.dst_memory_type = kMemoryTypeDevice;
+  p.dst_device = destination;
+  p.width_bytes = bytes;
+  p.height = 1;
+  p.depth = 1;
+  CUcontext context = nullptr;
+  if (!trident::current_cuda_context(&context) || driver.set_memcpy_params(rec->exec, node, &p, context) != 0) {
+    return false;
+  }
+  ++rec->patched_nodes;
+  return true;
+}
+
+bool same_parameters(const Step& step, const PreparedLaunch& p) {
+  return step.function == p.function && std::memcmp(step.grid, p.grid, sizeof step.grid) == 0 &&
+         step.block_threads == p.block_threads && step.shared_bytes == p.shared_bytes &&
+         step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
+}
+
+namespace {
+
+void snapshot_parameters(Step* step, const PreparedLaunch& p) {
+  step->function = p.function;
+  std::memcpy(step->grid, p.grid, sizeof step->grid);
+  step->block_threads = p.block_threads;
+  step->shared_bytes = p.shared_bytes;
+  step->slots.assign(p.slots, p.slots + p.n_params);
+}
+
+}  // namespace
+
+bool patch_kernel(Recording* rec, Step* step, const PreparedLaunch& p) {
+  KernelNodeParams params{p.function, p.grid[0], p.grid[1], p.grid[2], p.block_threads, 1, 1,
+                          p.shared_bytes, const_cast<void**>(p.params), nullptr};
+  if (driver.set_kernel_params(rec->exec, step->node, &params) != 0) return false;
+  snapshot_parameters(step, p);
+  ++rec->patched_nodes;
+  return true;
+}
+
+namespace {
 
 // Runs one step of a replay, adding its host time to `phase` when the recording is timed (time_replays).
 template <typename Run>
@@ -70,12 +120,6 @@ int32_t timed(Recording* rec, int64_t ReplayTimes::*phase, Run run) {
   const int32_t status = run();
   rec->times->*phase += now_ns() - start;
   return status;
-}
-
-int32_t diverge(Recording* rec, const std::string& why) {
-  *rec->failure = why;
-  trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: CUDA graph replay diverged: " + why).c_str());
-  return TRIDENT_ERROR;
 }
 
 int32_t refuse(Recording* rec, const std::string& why) {
@@ -238,22 +282,6 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   return TRIDENT_OK;
 }
 
-// Points a memcpy node of the instantiated graph at new addresses.
-bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes) {
-  Memcpy3D p{};
-  p.src_memory_type = kMemoryTypeDevice;
-  p.src_device = source;
-  p.dst_memory_type = kMemoryTypeDevice;
-  p.dst_device = destination;
-  p.width_bytes = bytes;
-  p.height = 1;
-  p.depth = 1;
-  CUcontext context = nullptr;
-  if (!trident::current_cuda_context(&context) || driver.set_memcpy_params(rec->exec, node, &p, context) != 0) return false;
-  ++rec->patched_nodes;
-  return true;
-}
-
 int32_t replay_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
                       AtenTensorHandle* rets, int64_t nrets) {
   if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
@@ -279,6 +307,7 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
     }
     staged.address = address;
   }
+  if (rec->plan != nullptr && rec->plan->check == PlanCheck::kLearn) learn_step(rec, args, nargs);
   ++rec->cursor;
   for (int64_t k = 0; k < nrets; ++k) {
     if (k < 64 && (step.scalar_results >> k & 1)) {
@@ -292,37 +321,21 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   return TRIDENT_OK;
 }
 
-void snapshot_parameters(Step* step, const PreparedLaunch& p) {
-  step->function = p.function;
-  std::memcpy(step->grid, p.grid, sizeof step->grid);
-  step->block_threads = p.block_threads;
-  step->shared_bytes = p.shared_bytes;
-  step->slots.assign(p.slots, p.slots + p.n_params);
-}
-
-bool same_parameters(const Step& step, const PreparedLaunch& p) {
-  return step.function == p.function && std::memcmp(step.grid, p.grid, sizeof step.grid) == 0 &&
-         step.block_threads == p.block_threads && step.shared_bytes == p.shared_bytes &&
-         step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
-}
-
 // Replay: checks that this launch is the recorded step's and patches its node where the parameters differ.
-int32_t replay_triton(Recording* rec, const void* identity, const char* name, PreparedLaunch& p, bool empty) {
+int32_t replay_triton(Recording* rec, const void* identity, const char* name, PreparedLaunch& p, bool empty,
+                      const int64_t* args, int64_t nargs) {
   if (rec->cursor >= rec->steps->size()) return diverge(rec, std::string(name) + " was not recorded");
   Step& step = (*rec->steps)[rec->cursor];
   if (step.identity != identity || (step.kind == StepKind::kEmptyLaunch) != empty) {
     return diverge(rec, std::string("Triton kernel '") + name + "' where the recording has " + step.name +
                             (empty ? " (this launch has an empty grid)" : ""));
   }
+  if (rec->plan != nullptr && rec->plan->check == PlanCheck::kLearn) learn_step(rec, args, nargs);
   ++rec->cursor;
   if (empty || same_parameters(step, p)) return TRIDENT_OK;
-  KernelNodeParams params{p.function, p.grid[0], p.grid[1], p.grid[2], p.block_threads, 1, 1,
-                          p.shared_bytes, p.params, nullptr};
-  if (driver.set_kernel_params(rec->exec, step.node, &params) != 0) {
+  if (!patch_kernel(rec, &step, p)) {
     return diverge(rec, std::string("Triton kernel '") + name + "': its graph node could not be patched");
   }
-  snapshot_parameters(&step, p);
-  ++rec->patched_nodes;
   return TRIDENT_OK;
 }
 
@@ -399,7 +412,8 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
     rec->steps->push_back(std::move(step));
     return TRIDENT_OK;
   }
-  return timed(rec, &ReplayTimes::triton_steps, [&] { return replay_triton(rec, identity, name, *p, empty); });
+  return timed(rec, &ReplayTimes::triton_steps,
+               [&] { return replay_triton(rec, identity, name, *p, empty, args, nargs); });
 }
 
 int32_t unsupported(const std::string& why) {
@@ -433,6 +447,9 @@ at::Tensor shared_result(Recording* rec, const at::Tensor& r, const ReturnedSpan
 bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement) {
   Recording* rec = active;
   *replacement = t;
+  if (rec->plan != nullptr && rec->plan->check != PlanCheck::kNone) {
+    note_output(rec, reinterpret_cast<const at::Tensor*>(t));
+  }
   if (t == nullptr) return true;
   const at::Tensor& r = tensor_at(reinterpret_cast<int64_t>(t));
   if (!r.defined() || rec->internal->count(storage_of(r)) == 0) return true;
@@ -481,40 +498,9 @@ int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx,
   return status;
 }
 
-ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
-                     PyObject** result, bool count_launches) {
-  Recording* rec = as_recording(recording);
-  CUstream stream = nullptr;
-  bool capturing = true;
-  // The caller's own capture (the call is part of a graph they record) or another stream: run directly.
-  if (active != nullptr || !trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing ||
-      (rec->replayed_before && stream != rec->last_stream)) {
-    return ReplayOutcome::kNotHere;
-  }
-  // This call's fresh results and span copies are dropped however it ends (the caller holds its own references).
-  struct DropCopies {
-    Recording* rec;
-    ~DropCopies() {
-      rec->copies->clear();
-      rec->fresh_spans->clear();
-    }
-  } drop_copies{rec};
-  rec->cursor = 0;
-  rec->diverged_for_launcher = false;
+ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyObject** result, bool count_launches,
+                            int64_t started, int64_t ran) {
   ReplayTimes* times = rec->times;
-  const int64_t started = times != nullptr ? now_ns() : 0;
-  active = rec;
-  PyObject* out = nullptr;
-  const int32_t status = run(ctx, slots, &out);
-  active = nullptr;
-  const int64_t ran = times != nullptr ? now_ns() : 0;
-  if (status != TRIDENT_OK || rec->cursor != rec->steps->size()) {
-    Py_XDECREF(out);
-    if (PyErr_Occurred()) PyErr_Clear();
-    if (status == TRIDENT_OK) *rec->failure = "the program ended before its recorded steps did";
-    ++rec->divergences;
-    return ReplayOutcome::kDirect;
-  }
   const CUresult launched = driver.graph_launch(rec->exec, stream);
   const int64_t launched_at = times != nullptr ? now_ns() : 0;
   if (launched != 0) {
@@ -556,6 +542,52 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   ++rec->replays;
   *result = out;
   return ReplayOutcome::kReplayed;
+}
+
+ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+                     PyObject** result, bool count_launches) {
+  Recording* rec = as_recording(recording);
+  CUstream stream = nullptr;
+  bool capturing = true;
+  // The caller's own capture (the call is part of a graph they record) or another stream: run directly.
+  if (active != nullptr || !trident::current_cuda_stream(rec->device, &stream, &capturing) || capturing ||
+      (rec->replayed_before && stream != rec->last_stream)) {
+    return ReplayOutcome::kNotHere;
+  }
+  // This call's fresh results and span copies are dropped however it ends (the caller holds its own references).
+  struct DropCopies {
+    Recording* rec;
+    ~DropCopies() {
+      rec->copies->clear();
+      rec->fresh_spans->clear();
+    }
+  } drop_copies{rec};
+  if (rec->plan != nullptr && rec->plan->state == PlanState::kOn) {
+    const ReplayOutcome outcome = replay_from_plan(rec, ctx, slots, stream, result, count_launches);
+    if (outcome != ReplayOutcome::kDirect) return outcome;
+    rec->copies->clear();
+    rec->fresh_spans->clear();
+  }
+  rec->cursor = 0;
+  rec->diverged_for_launcher = false;
+  if (rec->plan != nullptr) before_program(rec, ctx, slots);
+  const int64_t patched_before = rec->patched_nodes;
+  const int64_t started = rec->times != nullptr ? now_ns() : 0;
+  active = rec;
+  PyObject* out = nullptr;
+  const int32_t status = run(ctx, slots, &out);
+  active = nullptr;
+  const int64_t ran = rec->times != nullptr ? now_ns() : 0;
+  const bool diverged = status != TRIDENT_OK || rec->cursor != rec->steps->size();
+  if (rec->plan != nullptr) after_program(rec, diverged, patched_before);
+  if (diverged) {
+    Py_XDECREF(out);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (status == TRIDENT_OK) *rec->failure = "the program ended before its recorded steps did";
+    ++rec->divergences;
+    return ReplayOutcome::kDirect;
+  }
+  return launch_replay(rec, stream, out, result, count_launches, started, ran);
 }
 
 }  // namespace trident::graphs

@@ -54,6 +54,11 @@ struct PreparedLaunch {
 int32_t triton_step(const void* identity, const char* name, PreparedLaunch* prepared, const int64_t* args,
                     int64_t nargs);
 
+// The native launch of TritonLaunch `launch` for these operands (triton_launch.cpp), as the direct path would
+// choose and pack it; tensors may be passed as their data addresses (TAG_INT). 1: prepared; 0: it needs Triton's
+// launcher (no variant for this key, a launch hook set, a grid Triton rejects); -1: error set.
+int32_t prepare_triton_launch(const void* launch, const int64_t* args, PreparedLaunch* prepared);
+
 // Work a graph cannot hold (an operator returning a Python scalar): refuses the recording, or diverges.
 int32_t unsupported(const std::string& why);
 

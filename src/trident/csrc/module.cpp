@@ -190,6 +190,33 @@ PyObject* module_time_guard(PyObject*, PyObject* args) {
   return PyFloat_FromDouble(ns / static_cast<double>(iterations));
 }
 
+// replay_words(words_fn_address, context, args: tuple, words) -> list[int]: what a replay plan's words function
+// computes for this call (lowering/replay_plan.py), for tests; raises what the function reports.
+PyObject* module_replay_words(PyObject*, PyObject* args) {
+  PyObject* address = nullptr;
+  PyObject* context = nullptr;
+  PyObject* slots = nullptr;
+  long long n = 0;
+  if (!PyArg_ParseTuple(args, "OO!O!L:replay_words", &address, &trident::ContextType, &context, &PyTuple_Type, &slots,
+                        &n)) {
+    return nullptr;
+  }
+  using WordsFn = int32_t (*)(TridentSpecContext*, PyObject* const*, int64_t*, PyObject**);
+  auto words_fn = reinterpret_cast<WordsFn>(PyLong_AsVoidPtr(address));
+  if (words_fn == nullptr || n < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay_words: address is 0 or words negative");
+    return nullptr;
+  }
+  std::vector<int64_t> words(static_cast<size_t>(n) + 1, 0);
+  if (words_fn(trident::context_struct(context), &PyTuple_GET_ITEM(slots, 0), words.data(), nullptr) != TRIDENT_OK) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, trident_last_error());
+    return nullptr;
+  }
+  PyObject* list = PyList_New(n);
+  for (long long i = 0; list != nullptr && i < n; ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(words[i]));
+  return list;
+}
+
 PyObject* module_cuda_graphs_available(PyObject*, PyObject*) { return PyBool_FromLong(trident::cuda_graphs_available()); }
 
 PyMethodDef module_methods[] = {
@@ -198,6 +225,8 @@ PyMethodDef module_methods[] = {
     {"always_guard_address", module_always_guard_address, METH_NOARGS, "address of a guard returning 1"},
     {"time_guard", module_time_guard, METH_VARARGS,
      "time_guard(guard_address, context, args, iterations) -> float: ns per guard call"},
+    {"replay_words", module_replay_words, METH_VARARGS,
+     "replay_words(words_fn_address, context, args, words) -> list[int]: a replay plan's words for this call"},
     {"init_cuda", trident::init_cuda, METH_VARARGS,
      "init_cuda(libtorch_cuda_path, launch_error_type): resolve the CUDA driver and torch's current stream"},
     {"cuda_graphs_available", module_cuda_graphs_available, METH_NOARGS,

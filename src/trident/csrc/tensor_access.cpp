@@ -154,6 +154,11 @@ TRIDENT_API int64_t trident_tensor_stride(AtenTensorHandle t, int64_t dim) { ret
 
 TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t) { return tensor_of(t).storage_offset(); }
 
+TRIDENT_API int64_t trident_tensor_data_address(AtenTensorHandle t) {
+  const at::Tensor& x = tensor_of(t);
+  return x.has_storage() ? static_cast<int64_t>(reinterpret_cast<intptr_t>(x.const_data_ptr())) : 0;
+}
+
 TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t) {
   // NULL is how trident_op_call reports a None/undefined return; it maps back to None.
   if (t == nullptr) Py_RETURN_NONE;

@@ -201,6 +201,8 @@ TRIDENT_API AtenTensorHandle trident_tensor_handle(PyObject* obj);
 TRIDENT_API int64_t trident_tensor_size(AtenTensorHandle t, int64_t dim);
 TRIDENT_API int64_t trident_tensor_stride(AtenTensorHandle t, int64_t dim);
 TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
+/* The address of its first element (0 without storage), as a kernel gets it. */
+TRIDENT_API int64_t trident_tensor_data_address(AtenTensorHandle t);
 
 /* ---------------------------------------------------------------------------------------------------
  * Calling ATen operators through the dispatcher (boxed).
@@ -259,6 +261,9 @@ TRIDENT_API void trident_tensor_delete(AtenTensorHandle t);
 /* The Python tensor for `t` (the same object if the tensor already has one, as for in-place results).
  * Does not take ownership of the handle. A NULL handle gives None. */
 TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t);
+/* While a replay plan builds a CUDA graph replay's result (csrc/replay_plan.cpp): the k-th tensor the host
+ * program hands the caller, as the plan learned it (borrowed; NULL for None or outside such a build). */
+TRIDENT_API AtenTensorHandle trident_graph_output(int64_t k);
 TRIDENT_API PyObject* trident_new_ref(PyObject* obj);
 TRIDENT_API PyObject* trident_box_int(int64_t v);
 TRIDENT_API PyObject* trident_box_float(double v);

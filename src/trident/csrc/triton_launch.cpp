@@ -509,25 +509,27 @@ bool trident::current_cuda_context(void** context) {
   return cuda.current_context != nullptr && cuda.current_context(context) == 0;
 }
 
+int32_t trident::graphs::prepare_triton_launch(const void* launch, const int64_t* args, PreparedLaunch* prepared) {
+  TritonLaunchObject* self = as_launch(const_cast<PyObject*>(static_cast<const PyObject*>(launch)));
+  if (!self->disabled_reason->empty() || self->variants->empty() || launch_hooks_set()) return 0;
+  int64_t key[kMaxKey];
+  CUcontext context = nullptr;
+  if (!compute_key(self, args, key) || cuda.current_context(&context) != 0) return 0;
+  const size_t n = self->key_spec->size();
+  for (const Variant& v : *self->variants) {
+    if (v.context != context || (n != 0 && std::memcmp(v.key.data(), key, n * sizeof(int64_t)) != 0)) continue;
+    return prepare_launch(self, v, args, prepared);
+  }
+  return 0;
+}
+
 extern "C" {
 
 TRIDENT_API int32_t trident_triton_launch(PyObject* launch_obj, const int64_t* args, int64_t nargs) {
   TritonLaunchObject* self = as_launch(launch_obj);
   trident::graphs::PreparedLaunch prepared;
-  int32_t ready = 0;
-  if (self->disabled_reason->empty() && !self->variants->empty() && !launch_hooks_set()) {
-    int64_t key[kMaxKey];
-    CUcontext context = nullptr;
-    if (compute_key(self, args, key) && cuda.current_context(&context) == 0) {
-      const size_t n = self->key_spec->size();
-      for (const Variant& v : *self->variants) {
-        if (v.context != context || (n != 0 && std::memcmp(v.key.data(), key, n * sizeof(int64_t)) != 0)) continue;
-        ready = prepare_launch(self, v, args, &prepared);
-        if (ready < 0) return TRIDENT_ERROR;
-        break;
-      }
-    }
-  }
+  const int32_t ready = trident::graphs::prepare_triton_launch(self, args, &prepared);
+  if (ready < 0) return TRIDENT_ERROR;
   if (trident::graphs::active != nullptr) {  // recorded into, or patched in, a CUDA graph
     return trident::graphs::triton_step(self, self->name->c_str(), ready > 0 ? &prepared : nullptr, args, nargs);
   }

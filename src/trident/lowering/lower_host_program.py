@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch_mlir import ir
 
@@ -141,6 +142,9 @@ def aten_name(op: ir.Operation) -> tuple[str, str]:
 
 
 class HostProgramLowering:
+    # The generated function's parameters (replay_plan.py lowers a second function with one more).
+    PARAMS = [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)]
+
     def __init__(
         self,
         module: ModuleBuilder,
@@ -154,9 +158,7 @@ class HostProgramLowering:
         launches: Sequence[object] = (),
         pool_allocations: bool = False,
     ) -> None:
-        self.fb = FunctionBuilder(
-            module, name, [("%ctx", PTR), ("%slots", PTR), ("%result", PTR)], abi.RUN_RESULT, fail_value=abi.ERROR
-        )
+        self.fb = FunctionBuilder(module, name, self.PARAMS, abi.RUN_RESULT, fail_value=abi.ERROR)
         self.access = LeafAccess(self.fb, "%ctx", "%slots")
         self.main = main
         self.placeholders = placeholders
@@ -591,21 +593,27 @@ class HostProgramLowering:
         elif tree.kind == "input":
             obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
         else:
-            value = returned[tree.index]
-            if value.pyobject is not None:  # an argument or constant returned as itself
-                obj = fb.call(abi.NEW_REF, [value.pyobject])
-            elif value.kind == "tensor":
-                obj = fb.call(abi.WRAP_TENSOR, [value.ssa])
-            elif value.kind == "int":
-                obj = fb.call(abi.BOX_INT, [value.ssa])
-            elif value.kind == "bool":
-                obj = fb.call(abi.BOX_BOOL, [value.ssa])
-            elif value.kind == "float":
-                obj = fb.call(abi.BOX_FLOAT, [value.ssa])
-            else:
-                raise exc.LoweringError(f"cannot return a {value.kind}")
+            obj = self._returned_object(returned[tree.index])
         assert obj is not None
         return obj, self._temp(obj)
+
+    def _returned_object(self, value: _Lowered) -> str:
+        """A new reference to the Python object of one returned value (NULL on failure)."""
+        fb = self.fb
+        if value.pyobject is not None:  # an argument or constant returned as itself
+            obj = fb.call(abi.NEW_REF, [value.pyobject])
+        elif value.kind == "tensor":
+            obj = fb.call(abi.WRAP_TENSOR, [value.ssa])
+        elif value.kind == "int":
+            obj = fb.call(abi.BOX_INT, [value.ssa])
+        elif value.kind == "bool":
+            obj = fb.call(abi.BOX_BOOL, [value.ssa])
+        elif value.kind == "float":
+            obj = fb.call(abi.BOX_FLOAT, [value.ssa])
+        else:
+            raise exc.LoweringError(f"cannot return a {value.kind}")
+        assert obj is not None
+        return obj
 
     def _temp(self, obj: str) -> int:
         """Check a new reference is not NULL and hold it so the failure block releases it."""
@@ -654,14 +662,24 @@ class _HandleTable:
 
 
 @functools.lru_cache(maxsize=None)
-def _tensor_parameters(name: str, overload: str) -> frozenset[int]:
-    """Positions of an operator's (non-optional) Tensor parameters, from the installed torch's schema."""
+def op_schema(name: str, overload: str) -> Any:
+    """The installed torch's schema of operator `name` ('aten::add') and `overload`, or None when it has none."""
     import torch
 
     namespace, op_name = name.split("::")
     try:
-        schema = getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")._schema
+        return getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")._schema
     except (AttributeError, RuntimeError):
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_parameters(name: str, overload: str) -> frozenset[int]:
+    """Positions of an operator's (non-optional) Tensor parameters, from the installed torch's schema."""
+    import torch
+
+    schema = op_schema(name, overload)
+    if schema is None:
         return frozenset()
     return frozenset(i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType))
 

@@ -1,7 +1,7 @@
 """The order of Trident's compilation stages, in one place.
 
-  capture (trace + guards) -> ir.fx_import (torch dialect) -> lower_guards + lower_host_program
-  (func/arith/cf/llvm) -> lower_to_llvm (LLVM dialect) -> backend.engine (native code)
+  capture (trace + guards) -> ir.fx_import (torch dialect) -> lower_guards + lower_host_program (+ replay_plan,
+  where CUDA graphs are on) (func/arith/cf/llvm) -> lower_to_llvm (LLVM dialect) -> backend.engine (native code)
 
 The result is an Artifact (trident/artifact.py): the code and its context slots, no runtime objects; the
 driver instantiates it (runtime/specialization.py).
@@ -19,7 +19,7 @@ from pathlib import Path
 from torch_mlir import ir
 
 from .. import exc
-from ..artifact import Artifact
+from ..artifact import Artifact, ReplayPlan
 from ..backend.engine import NativeModule
 from ..capture.guards import GuardSet
 from ..capture.inputs import CallFacts, LeafKind
@@ -31,6 +31,7 @@ from .leaf_access import ConstantPool
 from .lower_guards import lower_guards
 from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
 from .lower_to_llvm import PIPELINE, lower_to_llvm
+from .replay_plan import lower_replay_plan
 
 
 def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSource]:
@@ -68,6 +69,7 @@ def compile_specialization(
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
     aten_calls: list[str] = []
+    plan: list[ReplayPlan | str] = ["off (TRIDENT_REPLAY_PLAN=1 turns it on)"]
     builder = ModuleBuilder()
 
     def lower() -> str:
@@ -80,6 +82,13 @@ def compile_specialization(
         )
         host.run()
         aten_calls.extend(host.aten_calls)
+        if knobs.cuda_graphs and knobs.replay_plan:
+            sources = placeholder_sources(trace, facts)
+            static = [_static_geometry(source, guards) for source in sources]
+            plan[0] = lower_replay_plan(
+                builder, f"trident_replay_words_{index}", main, sources, trace.outputs, input_paths, pool, ops,
+                launches, knobs.buffer_pool_mb > 0, static,
+            )  # fmt: skip
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -92,9 +101,22 @@ def compile_specialization(
         # keep_object: the disk cache (trident.cache) persists the generated object.
         native = NativeModule(llvm_module, [runtime_library], keep_object=knobs.disk_cache)  # type: ignore[arg-type]
         native.address(guard_symbol)  # generates the code now: a failure is this stage's
-        return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages)
+        return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0])
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
+
+
+def _static_geometry(source: PlaceholderSource, guards: GuardSet) -> bool:
+    """Whether a block argument's sizes and strides are the same in every call the guards accept: a constant's
+    always (its guards compare them with the captured ones); an input's when none is symbolic."""
+    if source.kind == "constant":
+        return True
+    if source.kind != "tensor":
+        return False
+    geometry = ("size", "stride")
+    if any(b.path == source.path and b.prop in geometry for b in guards.bindings):
+        return False
+    return all(p.expr.is_Integer for p in guards.properties if p.path == source.path and p.prop in geometry)
 
 
 def _find_main(module: ir.Module) -> ir.Operation:

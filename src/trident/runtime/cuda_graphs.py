@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._pytree as pytree
 
+from trident.artifact import ReplayPlan
+
 if TYPE_CHECKING:
     from trident.driver import JitFunction
 
@@ -175,8 +177,27 @@ def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], r
             t.copy_(saved)
         _refuse(fn, index, failure)
         return direct
+    plan = fn.specializations[index].compiled.artifact.replay_plan
+    if isinstance(plan, ReplayPlan):
+        address = fn.specializations[index].compiled.native.address(plan.symbol)
+        recording.set_plan(address, plan.words, plan.outputs, plan.steps)
     entry.add_graph(index, recording)
     return replayed
+
+
+def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | str) -> str:
+    """explain's line on a recording's replay plan (csrc/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is off."""
+    if state is None:
+        if isinstance(plan, ReplayPlan) or plan.startswith("off ("):
+            return ""
+        return f"  replay plan: none ({plan}); replays run the host program"
+    text = {
+        "learning": "learning from the next replay through the host program",
+        "proving": "proving itself against replays through the host program",
+        "on": "on: replays compute the changing node parameters without running the host program",
+        "off": f"off ({state['reason']}); replays run the host program",
+    }[state["state"]]
+    return f"  replay plan: {text}; {state['replays']} replay(s) from it, {state['fallbacks']} through the host program"
 
 
 def describe(fn: JitFunction, index: int) -> list[str]:
@@ -194,6 +215,9 @@ def describe(fn: JitFunction, index: int) -> list[str]:
         if c["divergences"] and recording.failure:
             text += f"; last divergence: {recording.failure}"
         lines.append(text)
+        plan = _describe_plan(recording.plan, fn.specializations[index].compiled.artifact.replay_plan)
+        if plan:
+            lines.append(plan)
     if graphs["off"]:
         lines.append(f"CUDA graphs stopped: {graphs['misses']} call(s) matched no recording against "
                      f"{graphs['replays']} replay(s); the specialization runs directly")  # fmt: skip
