@@ -169,10 +169,6 @@ struct ReturnedSpan {
 
 // --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
 
-// The compiled function computing the words that can change between calls (lowering/replay_plan.py); with a
-// non-null result it also builds the call's result from the plan's outputs.
-using WordsFn = int32_t (*)(TridentSpecContext* ctx, PyObject* const* slots, int64_t* words, PyObject** result);
-
 // One recorded step as the plan sees it: which of its arguments is which word (from the compiler), and what the
 // first replay through the host program showed of the rest (learned).
 struct PlanStep {

@@ -2,8 +2,8 @@
  * graph_replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
  *
  * Recording. runtime/cuda_graphs.py routes the thread's allocations to a private memory pool of torch's caching
- * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime function that
- * does device work becomes a step, in program order:
+ * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime
+ * function that does device work becomes a step, in program order:
  *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;
  *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture;
  *    its results are kept (their memory belongs to the graph from then on) with a signature of its inputs:
@@ -22,7 +22,8 @@
  * out the recorded results, patching the source of its staged inputs. Anything else — a different input, a
  * launch that needs Triton's launcher, a different step order — diverges: the host program stops, nothing
  * has been launched, and the entry runs the call directly. Only then is the graph launched on torch's
- * current stream, and results that live in graph memory are copied into fresh tensors for the caller.
+ * current stream, and results that live in graph memory are copied into fresh tensors for the caller. A recording
+ * with a replay plan that has proven itself replays without the host program (replay_plan.cpp).
  *
  * The Recording (graph_recording.h; its Python type: graph_recording.cpp) owns what a graph holds for good: the
  * graph and its instantiation, node parameters, its results and staging buffers (their memory is the pool's,

@@ -35,6 +35,10 @@ int32_t opaque_step(const void* identity, const char* name, const int64_t* args,
                     OpRunner run, const void* closure, AtenTensorHandle* rets, int64_t nrets,
                     uint64_t scalar_results = 0);
 
+// A replay plan's compiled function (lowering/replay_plan.py): computes the words that can change between calls;
+// with a non-null result it also builds the call's result from the tensors the plan learned (replay_plan.cpp).
+using WordsFn = int32_t (*)(TridentSpecContext* ctx, PyObject* const* slots, int64_t* words, PyObject** result);
+
 // A native Triton launch, prepared by triton_launch.cpp (everything cuLaunchKernel takes).
 constexpr int kMaxLaunchParams = 130;
 struct PreparedLaunch {

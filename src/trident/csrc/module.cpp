@@ -201,8 +201,7 @@ PyObject* module_replay_words(PyObject*, PyObject* args) {
                         &n)) {
     return nullptr;
   }
-  using WordsFn = int32_t (*)(TridentSpecContext*, PyObject* const*, int64_t*, PyObject**);
-  auto words_fn = reinterpret_cast<WordsFn>(PyLong_AsVoidPtr(address));
+  auto words_fn = reinterpret_cast<trident::graphs::WordsFn>(PyLong_AsVoidPtr(address));
   if (words_fn == nullptr || n < 0) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay_words: address is 0 or words negative");
     return nullptr;
