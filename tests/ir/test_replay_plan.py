@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import trident
 from trident.artifact import ReplayPlan
@@ -108,3 +110,40 @@ def test_without_the_knob_no_plan_is_lowered() -> None:
     spec = jf._trident.specializations[0]
     assert spec.compiled.artifact.replay_plan == "off (TRIDENT_REPLAY_PLAN=1 turns it on)"
     assert "replay_words" not in spec.compiled.stages["lowered"]
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n, other=0.0))
+
+
+def test_a_view_whose_sizes_change_is_a_word_where_only_launches_read_it() -> None:
+    """cache[: pos + 1] has sizes that change; a Triton launch takes its address alone (its length is an int of its
+    own), so the plan makes the view and uses its address. Read by an operator, its sizes would matter: no plan."""
+
+    def launched(cache: torch.Tensor, pos: int) -> torch.Tensor:
+        out = torch.empty(16)
+        _copy_kernel[(1,)](cache[: pos + 1], out, pos + 1, BLOCK=16)
+        return out
+
+    def summed(cache: torch.Tensor, pos: int) -> torch.Tensor:
+        return cache[: pos + 1].sum(0)
+
+    cache = torch.randn(16, 1)
+    jf, plans = compiled(launched, (cache, 1), (cache, 2))
+    assert isinstance(plans[-1], ReplayPlan), plans[-1]
+    assert sorted(words(jf, len(plans) - 1, cache, 6)) == sorted([cache.data_ptr(), 7])
+    _, plans = compiled(summed, (cache, 1), (cache, 2))
+    assert isinstance(plans[-1], str) and "sizes that change, read by an operator" in plans[-1], plans[-1]
+
+
+def test_an_argument_written_in_place_is_the_argument() -> None:
+    def f(cache: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        cache.index_copy_(0, index, rows)
+        return cache.sum(0) * 2
+
+    cache, index, rows = torch.zeros(8, 4), torch.tensor([3]), torch.randn(1, 4)
+    jf, plans = compiled(f, (cache, index, rows))
+    assert isinstance(plans[0], ReplayPlan), plans[0]
+    assert sorted(words(jf, 0, cache, index, rows)) == sorted([cache.data_ptr(), index.data_ptr(), rows.data_ptr()])

@@ -47,9 +47,9 @@ _CONSTANTS = ("torch.constant.int", "torch.constant.float", "torch.constant.bool
 # Ops whose result is a tensor but that are no step: a wrapped-number scalar tensor, made by the host program.
 _MADE_ON_THE_HOST = "torch.prim.NumToTensor.Scalar"
 _METADATA_READS = ("torch.aten.size.int", "torch.aten.stride.int", "torch.aten.numel", "torch.aten.storage_offset")
-# Views the words function may make at parameters that change (x[pos], table[pos : pos + 1]): on a root of static
-# sizes and strides, with a result of static sizes, each gives strides that do not change either, so only the
-# view's address does.
+# Views the words function may make at parameters that change (x[pos], table[pos : pos + 1], cache[:, : pos + 1]):
+# on a root of static sizes and strides each gives strides that do not change either, so with a result of static
+# sizes only the view's address does; a result of sizes that change is allowed where only Triton launches read it.
 _VIEWS_AT_CHANGING_PARAMETERS = frozenset({
     ("aten::slice", "Tensor"), ("aten::select", "int"), ("aten::narrow", ""),
 })  # fmt: skip
@@ -105,15 +105,53 @@ def tensor_root(
                 return "intermediate", None
             value = op.operands[0]
             continue
-        if not aliases_an_operand(op, aten_name):
+        if not aliases_an_operand(op, aten_name) or _returns_fresh_tensors(op):
             return "intermediate", None
-        aliased = _aliased_operand(op, aten_name) if op.name.startswith("torch.aten.") else None
+        aliased = _aliased_operand(op, aten_name) if op.name.startswith(("torch.aten.", "torch.operator")) else None
         if aliased is None:
             raise Ineligible(f"a tensor from {op_kind(op)}, whose result may alias what it reads")
+        if _in_place(op) and str(op.results[0].type) == str(op.operands[aliased].type):
+            value = op.operands[aliased]  # the operand itself, written: its address and geometry
+            continue
         others = [v for i, v in enumerate(op.operands) if i != aliased]
         if not all(_is_constant(v) for v in others):
             raise Ineligible(f"a view by {op_kind(op)} whose parameters change with the call")
         value = op.operands[aliased]
+
+
+def _returns_fresh_tensors(op: ir.Operation) -> bool:
+    """Whether an operator torch-mlir does not model (a torch.operator, which aliasing.py assumes may alias) has a
+    schema here whose returns alias nothing."""
+    if op.name != "torch.operator":
+        return False
+    try:
+        schema = op_schema(*aten_name(op))
+    except exc.LoweringError:
+        return False
+    return schema is not None and all(r.alias_info is None for r in schema.returns)
+
+
+def _in_place(op: ir.Operation) -> bool:
+    """Whether op returns the operand it writes (x.add_(y), index_copy_, an out= variant)."""
+    schema = op_schema(*aten_name(op))
+    return schema is not None and len(schema.returns) == 1 and schema.returns[0].alias_info is not None and (
+        schema.returns[0].alias_info.is_write
+    )  # fmt: skip
+
+
+def _read_by_launches_alone(value: ir.Value) -> bool:
+    """Whether every use of `value`, through views, is an operand of a Triton launch, which takes a tensor's
+    address alone (its sizes reach the kernel as ints of their own)."""
+    pending = [value]
+    while pending:
+        for use in pending.pop().uses:
+            user = use.owner.operation
+            if op_kind(user).startswith(LAUNCH_OP_PREFIX):
+                continue
+            if not user.name.startswith("torch.aten.") or not _makes_no_step(*aten_name(user)):
+                return False
+            pending.extend(user.results)
+    return True
 
 
 def _is_tensor_list_view(op: ir.Operation, aten_name: AtenName) -> bool:
@@ -214,8 +252,10 @@ class ReplayPlanLowering(HostProgramLowering):
         """A view whose parameters change with the call, made by the words function as the host program makes it,
         so that its address is a word."""
         where = f"a view by {op_kind(op)} whose parameters change with the call"
-        if aten_name(op) not in _VIEWS_AT_CHANGING_PARAMETERS or "?" in str(op.results[0].type):
+        if aten_name(op) not in _VIEWS_AT_CHANGING_PARAMETERS:
             raise Ineligible(where)
+        if "?" in str(op.results[0].type) and not _read_by_launches_alone(op.results[0]):
+            raise Ineligible(f"{where}, of sizes that change, read by an operator")
         kind, root = self._tensor_root(op.operands[0], where)
         if kind != "argument":
             raise Ineligible(f"{where}, of a tensor the program made")
