@@ -147,3 +147,19 @@ def test_an_argument_written_in_place_is_the_argument() -> None:
     jf, plans = compiled(f, (cache, index, rows))
     assert isinstance(plans[0], ReplayPlan), plans[0]
     assert sorted(words(jf, 0, cache, index, rows)) == sorted([cache.data_ptr(), index.data_ptr(), rows.data_ptr()])
+
+
+def test_a_view_at_the_position_of_an_argument_written_in_place_runs_no_write() -> None:
+    """The words function makes the view of the written argument without running the write again (its step does)."""
+
+    def f(cache: torch.Tensor, rows: torch.Tensor, pos: int) -> torch.Tensor:
+        written = cache.add_(1)
+        return written[pos : pos + 1] * rows
+
+    cache, rows = torch.zeros(8, 4), torch.randn(1, 4)
+    jf, plans = compiled(f, (cache, rows, 1), (cache, rows, 2))
+    assert isinstance(plans[-1], ReplayPlan), plans[-1]
+    before = cache.clone()
+    expected = [cache.data_ptr(), cache[5].data_ptr(), rows.data_ptr()]  # add_'s operand, the row, rows
+    assert sorted(words(jf, len(plans) - 1, cache, rows, 5)) == sorted(expected)
+    assert torch.equal(cache, before)  # the words function wrote nothing

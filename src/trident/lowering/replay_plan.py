@@ -265,13 +265,23 @@ class ReplayPlanLowering(HostProgramLowering):
         self._op_call(op)
 
     def _materialize(self, value: ir.Value) -> None:
-        """Makes `value` (a root, or a view with constant parameters of one) a tensor of the words function."""
+        """Makes `value` (a root, or a view with constant parameters of one) a tensor of the words function. An
+        op that writes in place is never run here: its result is the operand, which its step writes."""
         if self._is_lowered_tensor(value):
             return
         op = _defining_op(value)
-        assert op is not None and op.name.startswith("torch.aten.")
-        self._materialize(op.operands[_aliased_operand(op, aten_name) or 0])
-        self._op_call(op)
+        aliased = None if op is None or op.name == "torch.prim.ListUnpack" else _aliased_operand(op, aten_name)
+        if op is None or aliased is None:
+            raise Ineligible("a view at a changing position of a tensor unpacked from a list")
+        source = op.operands[aliased]
+        self._materialize(source)
+        if not _in_place(op):
+            self._op_call(op)
+            return
+        lowered = self.values[source]
+        if lowered.owned_slot is not None:  # a view this function made: its handle dies with the view
+            raise Ineligible("a view at a changing position of a view written in place")
+        self.values[value] = _Lowered("tensor", lowered.ssa, pyobject=lowered.pyobject)
 
     def _is_lowered_tensor(self, value: ir.Value) -> bool:
         lowered = self.values.get(value)
