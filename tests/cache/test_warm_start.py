@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import trident
+from trident.artifact import ReplayPlan
 from trident.cache import native_library, store
 from trident.knobs import override
 from trident.testing import count_compiles
@@ -387,3 +388,17 @@ def test_a_replay_plan_is_stored_with_its_specialization(disk_cache: Path) -> No
     address = spec.compiled.native.address(loaded_plan.symbol)
     words = load_runtime().replay_words(address, spec.compiled.context, (x, 3), loaded_plan.words)
     assert sorted(words) == sorted([x.data_ptr(), table[3].data_ptr()]), words
+
+
+def test_a_record_compiled_without_a_replay_plan_is_not_loaded_with_the_knob_on(disk_cache: Path) -> None:
+    def fn(x):  # type: ignore[no-untyped-def]
+        return x * 3
+
+    x = torch.randn(4)
+    with count_compiles() as compiles:
+        trident.jit(fn)(x)  # TRIDENT_REPLAY_PLAN off: stored without a plan
+        with override(replay_plan=True):
+            jitted = trident.jit(fn)
+            jitted(x)
+        assert compiles() == 2, trident.explain(jitted)
+    assert isinstance(jitted._trident.specializations[0].compiled.artifact.replay_plan, ReplayPlan)

@@ -74,5 +74,19 @@ def lookup_key(
         tuple(sorted(dynamism.strides)),
         tuple(sorted(dynamism.offsets)),
         str(torch.get_default_device()),
+        compiled_knobs(),
     )
     return hashlib.blake2b(repr(parts).encode(), digest_size=20).hexdigest()
+
+
+def compiled_knobs() -> tuple[tuple[str, object], ...]:
+    """The knobs that change what a compile produces (what capture traces into, which entries the lowering calls,
+    whether allocations are pooled, whether a replay plan is lowered): a record made under other values is not
+    what this process would compile."""
+    from ..knobs import knobs
+
+    return (
+        ("see_through", knobs.see_through), ("opaque_ops", tuple(sorted(knobs.opaque_ops))),
+        ("private_views", knobs.private_views), ("pooled", knobs.buffer_pool_mb > 0),
+        ("replay_plan", knobs.replay_plan and knobs.cuda_graphs),
+    )  # fmt: skip
