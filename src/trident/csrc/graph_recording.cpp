@@ -244,14 +244,15 @@ PyObject* recording_set_plan(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// plan: None (no plan), or {"state": "learning" | "proving" | "on" | "off", "reason", "replays", "fallbacks"}.
+// plan: None (no plan), or {"state": "learning" | "proving" | "on" | "off", "reason", "replays", "fallbacks",
+// "proofs"}.
 PyObject* recording_plan(PyObject* self, void*) {
   const Plan* plan = as_recording(self)->plan;
   if (plan == nullptr) Py_RETURN_NONE;
   static const char* states[] = {"learning", "proving", "on", "off"};
-  return Py_BuildValue("{s:s,s:s,s:L,s:L}", "state", states[static_cast<int>(plan->state)], "reason",
+  return Py_BuildValue("{s:s,s:s,s:L,s:L,s:i}", "state", states[static_cast<int>(plan->state)], "reason",
                        plan->off_reason.c_str(), "replays", (long long)plan->replays, "fallbacks",
-                       (long long)plan->fallbacks);
+                       (long long)plan->fallbacks, "proofs", plan->proofs);
 }
 
 PyMethodDef recording_methods[] = {

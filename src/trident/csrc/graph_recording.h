@@ -195,6 +195,7 @@ struct Plan {
   PlanState state = PlanState::kLearning;
   PlanCheck check = PlanCheck::kNone;
   int proofs = 0, unvouched = 0;
+  int64_t since_proof = 0;  // replays from the plan since its last proof
   std::string off_reason;
   size_t n_outputs = 0;  // tensors the words function hands the caller (trident_graph_output)
   std::vector<at::Tensor> outputs;  // the tensors the host program hands the caller, in order (learned)
@@ -299,6 +300,8 @@ int64_t now_ns();
 
 // --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
 
+// Whether this replay of a recording whose plan is on goes through the host program to prove the plan once more.
+bool proof_due(const Plan* plan);
 // Replays a recording whose plan is on without running the host program. kDirect: the plan cannot vouch for this
 // call (a new kernel variant, an argument that moved where it may not): replay it through the host program.
 ReplayOutcome replay_from_plan(Recording* rec, TridentSpecContext* ctx, PyObject* const* slots, CUstream stream,

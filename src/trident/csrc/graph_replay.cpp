@@ -563,7 +563,7 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
       rec->fresh_spans->clear();
     }
   } drop_copies{rec};
-  if (rec->plan != nullptr && rec->plan->state == PlanState::kOn) {
+  if (rec->plan != nullptr && rec->plan->state == PlanState::kOn && !proof_due(rec->plan)) {
     const ReplayOutcome outcome = replay_from_plan(rec, ctx, slots, stream, result, count_launches);
     if (outcome != ReplayOutcome::kDirect) return outcome;
     rec->copies->clear();

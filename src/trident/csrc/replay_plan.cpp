@@ -14,11 +14,12 @@
  *  - proving: each of the next kProofs replays first computes every node from the plan and patches it, then runs
  *    the host program as before. The host program must find nothing left to patch, must not diverge, and must hand
  *    out tensors of the kept outputs' geometry; anything else switches the plan off for good.
- *  - on: a replay calls the words function, which also builds the result, computes every Triton node as a direct
- *    launch would (the same variant table and packing, on the words instead of tensor handles), patches staged
- *    inputs and host scalars, checks that every other changing argument has its recorded value, and launches. A
- *    call it cannot vouch for (a new kernel variant, an argument that moved where it may not) replays through the
- *    host program instead, which then diverges or patches as it always did.
+ *  - on (every kReproveEvery-th replay proves it once more, as above): a replay calls the words function, which also
+ *    builds the result, computes every Triton node as a direct launch would (the same variant table and packing, on
+ *    the words instead of tensor handles), patches staged inputs and host scalars, checks that every other changing
+ *    argument has its recorded value, and launches. A call it cannot vouch for (a new kernel variant, an argument
+ *    that moved where it may not) replays through the host program instead, which then diverges or patches as it
+ *    always did.
  */
 #include "graph_recording.h"
 
@@ -31,6 +32,7 @@ namespace trident::graphs {
 namespace {
 
 constexpr int kProofs = 3;
+constexpr int64_t kReproveEvery = 1024;  // replays from a plan between two more proofs of it
 
 int64_t tag_of(int64_t tag_word) { return tag_word & TRIDENT_ARG_TAG_MASK; }
 
@@ -97,6 +99,8 @@ bool apply_plan(Recording* rec) {
 
 }  // namespace
 
+bool proof_due(const Plan* plan) { return plan->since_proof >= kReproveEvery; }
+
 void plan_off(Plan* plan, const std::string& why) {
   if (plan->state == PlanState::kOff) return;
   plan->state = PlanState::kOff;
@@ -120,7 +124,10 @@ ReplayOutcome replay_from_plan(Recording* rec, TridentSpecContext* ctx, PyObject
   }
   const int64_t ran = rec->times != nullptr ? now_ns() : 0;
   const ReplayOutcome outcome = launch_replay(rec, stream, out, result, count_launches, started, ran);
-  if (outcome == ReplayOutcome::kReplayed) ++plan->replays;
+  if (outcome == ReplayOutcome::kReplayed) {
+    ++plan->replays;
+    ++plan->since_proof;
+  }
   return outcome;
 }
 
@@ -128,7 +135,8 @@ void before_program(Recording* rec, TridentSpecContext* ctx, PyObject* const* sl
   Plan* plan = rec->plan;
   plan->check = PlanCheck::kNone;
   plan->output_cursor = 0;
-  if (plan->state != PlanState::kLearning && plan->state != PlanState::kProving) return;
+  const bool proving = plan->state == PlanState::kProving || (plan->state == PlanState::kOn && proof_due(plan));
+  if (plan->state != PlanState::kLearning && !proving) return;
   if (!compute_words(plan, ctx, slots, nullptr)) return;  // this call shows nothing
   if (plan->state == PlanState::kLearning) {
     plan->outputs.clear();
@@ -148,7 +156,9 @@ void after_program(Recording* rec, bool diverged, int64_t patched_before) {
   if (check == PlanCheck::kUnvouched) {
     // The host program replays what the plan would have run through it: a plan stricter than the recording that
     // keeps doing so only costs time.
-    if (!diverged && ++plan->unvouched >= kProofs) plan_off(plan, "it could not vouch for calls the graph replays");
+    if (plan->state == PlanState::kProving && !diverged && ++plan->unvouched >= kProofs) {
+      plan_off(plan, "it could not vouch for calls the graph replays");
+    }
     return;
   }
   if (check == PlanCheck::kLearn) {
@@ -170,6 +180,7 @@ void after_program(Recording* rec, bool diverged, int64_t patched_before) {
   if (plan->output_cursor != plan->outputs.size()) {
     return plan_off(plan, "the host program handed out fewer tensors than the plan learned");
   }
+  plan->since_proof = 0;
   if (++plan->proofs >= kProofs) plan->state = PlanState::kOn;
 }
 

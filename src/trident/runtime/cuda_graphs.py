@@ -194,7 +194,8 @@ def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | str) -> str:
     text = {
         "learning": "learning from the next replay through the host program",
         "proving": "proving itself against replays through the host program",
-        "on": "on: replays compute the changing node parameters without running the host program",
+        "on": f"on: replays compute the changing node parameters without running the host program ({state['proofs']} "
+        "proof(s) against it)",
         "off": f"off ({state['reason']}); replays run the host program",
     }[state["state"]]
     return f"  replay plan: {text}; {state['replays']} replay(s) from it, {state['fallbacks']} through the host program"
