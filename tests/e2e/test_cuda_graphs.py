@@ -47,7 +47,13 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def decode_steps_replay_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int, plan: bool) -> None:
+@gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int, plan: bool) -> None:
+    """Replays through the host program, and with TRIDENT_REPLAY_PLAN=1 most of them from the replay plan."""
     model = build_model(model_name, "cuda", torch.bfloat16, tiny=True, max_seq=128)
     fn = model.step_for("kernels", pos_kind)
     with_graphs, direct = jitted(fn, True), jitted(fn, False)
@@ -90,23 +96,6 @@ def decode_steps_replay_the_direct_paths_bits(model_name: str, pos_kind: str, ba
     else:
         assert recording.plan is None and "replay plan" not in text, text
     assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
-
-
-@gpu
-@pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
-@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int) -> None:
-    decode_steps_replay_the_direct_paths_bits(model_name, pos_kind, batch, plan=False)
-
-
-@gpu
-@pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
-@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-def test_decode_step_replays_from_its_plan(model_name: str, pos_kind: str, batch: int) -> None:
-    """TRIDENT_REPLAY_PLAN=1: the same calls, most of them replayed without the host program."""
-    decode_steps_replay_the_direct_paths_bits(model_name, pos_kind, batch, plan=True)
 
 
 @gpu

@@ -199,6 +199,7 @@ struct Plan {
   std::string off_reason;
   size_t n_outputs = 0;  // tensors the words function hands the caller (trident_graph_output)
   std::vector<at::Tensor> outputs;  // the tensors the host program hands the caller, in order (learned)
+  std::vector<int64_t> operands;  // scratch: one launch's operands with the words put in (no allocation per replay)
   size_t output_cursor = 0;
   int64_t replays = 0, fallbacks = 0;
 };
@@ -287,11 +288,11 @@ inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGe
 
 // --- Shared by replays with and without the host program (graph_replay.cpp) ----------------------------------
 
-int32_t diverge(Recording* rec, const std::string& why);
-// Points a memcpy node of the instantiated graph at new addresses.
-bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes);
-bool same_parameters(const Step& step, const PreparedLaunch& p);
-// Patches a kernel node to these parameters; false when the driver refused.
+// Points a staged input's memcpy nodes at the argument's address now (nothing to do when it did not move); false
+// when the driver refused.
+bool follow_staged(Recording* rec, StagedInput* staged, uint64_t address);
+// Gives a kernel node these parameters, patching it where they differ from the ones it has; false when the driver
+// refused.
 bool patch_kernel(Recording* rec, Step* step, const PreparedLaunch& p);
 // After the steps are ready: launches the graph on `stream`, copies results into the caller's fresh tensors.
 ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyObject** result, bool count_launches,

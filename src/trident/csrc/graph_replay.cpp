@@ -61,12 +61,15 @@ int64_t now_ns() {
       .count();
 }
 
+namespace {
+
 int32_t diverge(Recording* rec, const std::string& why) {
   *rec->failure = why;
   trident_set_error(TRIDENT_EXC_RUNTIME, ("trident: CUDA graph replay diverged: " + why).c_str());
   return TRIDENT_ERROR;
 }
 
+// Points a memcpy node of the instantiated graph at new addresses.
 bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t destination, size_t bytes) {
   Memcpy3D p{};
   p.src_memory_type = kMemoryTypeDevice;
@@ -90,8 +93,6 @@ bool same_parameters(const Step& step, const PreparedLaunch& p) {
          step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
 }
 
-namespace {
-
 void snapshot_parameters(Step* step, const PreparedLaunch& p) {
   step->function = p.function;
   std::memcpy(step->grid, p.grid, sizeof step->grid);
@@ -102,7 +103,18 @@ void snapshot_parameters(Step* step, const PreparedLaunch& p) {
 
 }  // namespace
 
+bool follow_staged(Recording* rec, StagedInput* staged, uint64_t address) {
+  if (address == staged->address) return true;
+  if (!patch_copy(rec, staged->in, address, staged->buffer, staged->bytes) ||
+      (staged->out != nullptr && !patch_copy(rec, staged->out, staged->buffer, address, staged->bytes))) {
+    return false;
+  }
+  staged->address = address;
+  return true;
+}
+
 bool patch_kernel(Recording* rec, Step* step, const PreparedLaunch& p) {
+  if (same_parameters(*step, p)) return true;
   KernelNodeParams params{p.function, p.grid[0], p.grid[1], p.grid[2], p.block_threads, 1, 1,
                           p.shared_bytes, const_cast<void**>(p.params), nullptr};
   if (driver.set_kernel_params(rec->exec, step->node, &params) != 0) return false;
@@ -301,12 +313,9 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   }
   for (StagedInput& staged : step.staged) {
     const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());
-    if (address == staged.address) continue;
-    if (!patch_copy(rec, staged.in, address, staged.buffer, staged.bytes) ||
-        (staged.out != nullptr && !patch_copy(rec, staged.out, staged.buffer, address, staged.bytes))) {
+    if (!follow_staged(rec, &staged, address)) {
       return diverge(rec, "a staged argument of " + step.name + " could not be patched");
     }
-    staged.address = address;
   }
   if (rec->plan != nullptr && rec->plan->check == PlanCheck::kLearn) learn_step(rec, args, nargs);
   ++rec->cursor;
@@ -333,8 +342,7 @@ int32_t replay_triton(Recording* rec, const void* identity, const char* name, Pr
   }
   if (rec->plan != nullptr && rec->plan->check == PlanCheck::kLearn) learn_step(rec, args, nargs);
   ++rec->cursor;
-  if (empty || same_parameters(step, p)) return TRIDENT_OK;
-  if (!patch_kernel(rec, &step, p)) {
+  if (!empty && !patch_kernel(rec, &step, p)) {
     return diverge(rec, std::string("Triton kernel '") + name + "': its graph node could not be patched");
   }
   return TRIDENT_OK;
@@ -499,6 +507,15 @@ int32_t record(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx,
   return status;
 }
 
+namespace {
+
+void drop_copies(Recording* rec) {
+  rec->copies->clear();
+  rec->fresh_spans->clear();
+}
+
+}  // namespace
+
 ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyObject** result, bool count_launches,
                             int64_t started, int64_t ran) {
   ReplayTimes* times = rec->times;
@@ -558,16 +575,12 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   // This call's fresh results and span copies are dropped however it ends (the caller holds its own references).
   struct DropCopies {
     Recording* rec;
-    ~DropCopies() {
-      rec->copies->clear();
-      rec->fresh_spans->clear();
-    }
-  } drop_copies{rec};
+    ~DropCopies() { drop_copies(rec); }
+  } dropped_at_return{rec};
   if (rec->plan != nullptr && rec->plan->state == PlanState::kOn && !proof_due(rec->plan)) {
     const ReplayOutcome outcome = replay_from_plan(rec, ctx, slots, stream, result, count_launches);
     if (outcome != ReplayOutcome::kDirect) return outcome;
-    rec->copies->clear();
-    rec->fresh_spans->clear();
+    drop_copies(rec);  // those the plan's result made: the host program makes its own
   }
   rec->cursor = 0;
   rec->diverged_for_launcher = false;

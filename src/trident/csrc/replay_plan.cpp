@@ -56,7 +56,7 @@ StagedInput* staged_input(Step& step, int64_t argument) {
 bool apply_plan(Recording* rec) {
   Plan& plan = *rec->plan;
   std::vector<Step>& steps = *rec->steps;
-  std::vector<int64_t> operands;
+  std::vector<int64_t>& operands = plan.operands;
   for (size_t i = 0; i < steps.size(); ++i) {
     Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];
@@ -73,20 +73,14 @@ bool apply_plan(Recording* rec) {
       }
       const bool empty = p.grid[0] == 0 || p.grid[1] == 0 || p.grid[2] == 0;
       if (empty != (step.kind == StepKind::kEmptyLaunch)) return false;
-      if (!empty && !same_parameters(step, p) && !patch_kernel(rec, &step, p)) return false;
+      if (!empty && !patch_kernel(rec, &step, p)) return false;
       continue;
     }
     for (size_t j = 0; j < ps.changing.size(); ++j) {
       const int64_t argument = ps.changing[j].first;
       const int64_t value = plan.words[ps.changing[j].second] + ps.offsets[j];
       if (StagedInput* staged = staged_input(step, argument)) {
-        const uint64_t address = static_cast<uint64_t>(value);
-        if (address == staged->address) continue;
-        if (!patch_copy(rec, staged->in, address, staged->buffer, staged->bytes) ||
-            (staged->out != nullptr && !patch_copy(rec, staged->out, staged->buffer, address, staged->bytes))) {
-          return false;
-        }
-        staged->address = address;
+        if (!follow_staged(rec, staged, static_cast<uint64_t>(value))) return false;
       } else if (argument == step.followed.argument) {
         if (!replay_followed_scalar(rec, &step, ps.tags[j], value)) return false;
       } else if (value != ps.recorded[j]) {

@@ -14,6 +14,7 @@ the boxed dispatcher sees a plain tensor where eager passes a view; only code in
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -25,13 +26,20 @@ AtenName = Callable[[ir.Operation], tuple[str, str]]
 PRIVATE_VIEW = " (private view)"  # how a compiled specialization's aten_calls mark them, for explain
 
 
+@functools.lru_cache(maxsize=None)
+def op_schema(name: str, overload: str) -> torch.FunctionSchema | None:
+    """The installed torch's schema of operator `name` ('aten::add') and `overload`, or None when it has none."""
+    namespace, op_name = name.split("::")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _aten_schema(op: ir.Operation, aten_name: AtenName) -> torch.FunctionSchema | None:
     """The schema of a torch.aten.* op, or None when this torch does not have it."""
     name, overload = aten_name(op)
-    try:
-        return getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")._schema
-    except AttributeError:
-        return None
+    return op_schema(name, overload) if name.startswith("aten::") else None
 
 
 def aliases_an_operand(op: ir.Operation, aten_name: AtenName) -> bool:

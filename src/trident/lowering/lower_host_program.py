@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from torch_mlir import ir
 
@@ -33,7 +32,7 @@ from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBu
 from ..knobs import knobs
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
-from .aliasing import PRIVATE_VIEW, is_private_view
+from .aliasing import PRIVATE_VIEW, is_private_view, op_schema
 from .pooled_allocations import emit_pooled, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
 from ..typed_ops import typed_symbol
@@ -659,18 +658,6 @@ class _HandleTable:
             held = f"%{self.hint}_held{slot}"
             fb.emit_fail(f"{held} = llvm.load {ptr} : !llvm.ptr -> !llvm.ptr")
             fb.emit_fail(f"func.call @{self.release.name}({held}) : (!llvm.ptr) -> ()")
-
-
-@functools.lru_cache(maxsize=None)
-def op_schema(name: str, overload: str) -> Any:
-    """The installed torch's schema of operator `name` ('aten::add') and `overload`, or None when it has none."""
-    import torch
-
-    namespace, op_name = name.split("::")
-    try:
-        return getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")._schema
-    except (AttributeError, RuntimeError):
-        return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -34,11 +34,11 @@ from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import I64, PTR, ModuleBuilder
 from . import runtime_abi as abi
-from .aliasing import AtenName, _aliased_operand, aliases_an_operand
+from .aliasing import AtenName, _aliased_operand, aliases_an_operand, op_schema
 from .leaf_access import ConstantPool
 from .lower_host_program import (
     _PREFIX_RULES, _RULES, HostProgramLowering, OpTable, PlaceholderSource, _Lowered, _result_count,
-    _tensor_parameters, aten_name, op_kind, op_schema,
+    _tensor_parameters, aten_name, op_kind,
 )  # fmt: skip
 from .pooled_allocations import pool_kind
 

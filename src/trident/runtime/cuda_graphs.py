@@ -177,10 +177,10 @@ def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], r
             t.copy_(saved)
         _refuse(fn, index, failure)
         return direct
-    plan = fn.specializations[index].compiled.artifact.replay_plan
+    compiled = fn.specializations[index].compiled
+    plan = compiled.artifact.replay_plan
     if isinstance(plan, ReplayPlan):
-        address = fn.specializations[index].compiled.native.address(plan.symbol)
-        recording.set_plan(address, plan.words, plan.outputs, plan.steps)
+        recording.set_plan(compiled.native.address(plan.symbol), plan.words, plan.outputs, plan.steps)
     entry.add_graph(index, recording)
     return replayed
 
