@@ -310,11 +310,12 @@ ReplayOutcome replay_from_plan(Recording* rec, TridentSpecContext* ctx, PyObject
 // Before a replay through the host program: computes the words and, when proving, every node from the plan.
 // Sets plan->check to what the replay must do for the plan.
 void before_program(Recording* rec, TridentSpecContext* ctx, PyObject* const* slots);
-// After it: what it showed (status: the program's; diverged: it did not reach the launch).
+// After it: what it showed (diverged: the program failed or stopped before its last recorded step).
 void after_program(Recording* rec, bool diverged, int64_t patched_before);
 // During it, for the step at rec->cursor that matched the recording (learning only).
 void learn_step(Recording* rec, const int64_t* args, int64_t nargs);
-// During it, for each tensor the host program hands the caller (learning and proving); false stops the plan.
+// During it, for each tensor the host program hands the caller: learning keeps it; proving switches the plan off
+// when it is not the learned one (storage, offset, sizes, strides, dtype).
 void note_output(Recording* rec, const at::Tensor* t);
 // Switches the plan off for good, with the reason explain gives.
 void plan_off(Plan* plan, const std::string& why);
