@@ -127,7 +127,10 @@ def recordings(step) -> list[Any]:
 
 def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:
     """The replays the recordings timed since time_replays(True), and their host µs per replay by phase, with
-    `program_rest`: the host program's time outside its opaque and Triton steps. ({} when none replayed.)"""
+    `program_rest`: the host program's time outside its opaque and Triton steps (with a replay plan on, `words` is
+    the plan's words function and the rest of `program` the nodes computed from it). `inside` is all the time the
+    entry spent in replay() (every recording tried, replayed or not), `unreplayed` the part of it in tries that did
+    not replay, and `tries` the recordings tried per replay. ({} when none replayed.)"""
     sums: dict[str, float] = defaultdict(float)
     for r in recs:
         for key, ns in r.times.items():
@@ -135,15 +138,17 @@ def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:
     replays = int(sums.pop("replays", 0))
     if replays == 0:
         return 0, {}
+    tries = sums.pop("tries", 0)
     phases = {key: ns / 1e3 / replays for key, ns in sums.items()}
-    phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"]
+    phases["program_rest"] = phases["program"] - phases["opaque_steps"] - phases["triton_steps"] - phases["words"]
+    phases["tries"] = tries / replays
     return replays, phases
 
 
 def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dict[str, float]:
     """Graph replay's host time per replayed step by phase (the runtime's own timers, csrc/graph_recording.h's
-    ReplayTimes), with the GPU asleep as in host_us; `entry` is the rest of the host time per step: the call's
-    Python side, the entry's guards and the specialization's selection."""
+    ReplayTimes), with the GPU asleep as in host_us; `entry` is the rest of the host time per step, outside
+    replay(): the call's Python side, the entry's guards and the specialization's selection."""
     for r in recordings(step):
         r.time_replays(True)
     total = host_us(step, tokens, caches, positions, steps) * HOST_REPEATS * steps
@@ -152,7 +157,7 @@ def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dic
         r.time_replays(False)
     if replays == 0:
         return {"replayed_steps": 0}
-    phases["entry"] = total / replays - phases["program"] - phases["launch"] - phases["result_copies"]
+    phases["entry"] = total / replays - phases["inside"]
     return {"replayed_steps": replays / (HOST_REPEATS * steps), **phases}
 
 

@@ -5,7 +5,8 @@ every position once (compiles, records, and every Triton variant a position need
 enqueued while the GPU sleeps, so no call waits on the device: the median round gives host µs per step. With
 --phases, the recordings' own timers (GraphRecording.time_replays) split it: the host program in replay mode (its
 opaque and Triton steps apart; with a replay plan on, the words function and the nodes computed from them), the
-graph launch and the result copies; the rest is the entry (binding, guards). TRIDENT_REPLAY_PLAN=1 measures
+graph launch and the result copies, the tries of recordings that did not replay; `entry`, the rest, is outside
+replay() (the Python loop, binding, guards). TRIDENT_REPLAY_PLAN=1 measures
 replays from a replay plan (lowering/replay_plan.py), without the host program.
 The timers cost a little, so compare trees or machines without --phases. One JSON line per run on stdout.
 
@@ -35,6 +36,21 @@ STEPS = 16  # per GPU sleep: few enough that the launch queue never fills
 SLEEP_CYCLES = 60_000_000  # ~30 ms at the H200's clock: longer than 16 steps' host time
 
 
+def timed_rounds(step, tokens, positions: list[Any], caches, seconds: float) -> tuple[list[float], int]:
+    """Host µs per step of each round of STEPS steps enqueued while the GPU sleeps, for `seconds`; and the steps.
+    (A function of its own so that a profile of the process can keep only these samples.)"""
+    rounds, i, start = [], 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.cuda._sleep(SLEEP_CYCLES)
+        t0 = time.perf_counter()
+        for _ in range(STEPS):
+            step(tokens, positions[8 + i % (len(positions) - 8)], caches)
+            i += 1
+        rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
+        torch.cuda.synchronize()
+    return rounds, i
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="llama")
@@ -60,24 +76,20 @@ def main() -> None:
             for r in recordings(step):
                 r.time_replays(True)
         replays = sum(r.counts["replays"] for r in recordings(step))
-        rounds, i, start = [], 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            torch.cuda._sleep(SLEEP_CYCLES)
-            t0 = time.perf_counter()
-            for _ in range(STEPS):
-                step(tokens, positions[8 + i % (len(positions) - 8)], caches)
-                i += 1
-            rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
-            torch.cuda.synchronize()
+        rounds, i = timed_rounds(step, tokens, positions, caches, args.seconds)
     result: dict[str, Any] = {
         "label": args.label, "model": args.model, "pos_kind": args.pos_kind, "batch": args.batch,
         "host_us": sorted(rounds)[len(rounds) // 2], "steps": i,
         "replayed": sum(r.counts["replays"] for r in recordings(step)) - replays,
         "plans": [r.plan for r in recordings(step)],  # the replay plans' states (None: replays run the program)
+        "recordings": [r.counts for r in recordings(step)],  # replays, divergences, patched nodes of each
         "machine": machine_info(torch.device("cuda")),
     }  # fmt: skip
     if args.phases:
-        result["phases_us"] = timed_phases(recordings(step))[1]
+        phases = timed_phases(recordings(step))[1]
+        if phases:
+            phases["entry"] = result["host_us"] - phases["inside"]
+        result["phases_us"] = phases
     print(json.dumps(result), flush=True)
 
 

@@ -93,6 +93,10 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
         assert state is not None and state["state"] == "on", text
         assert state["fallbacks"] <= 4 and state["replays"] >= graphs["replays"] - 4 - state["fallbacks"], text
         assert "replay plan: on" in text, text
+        # A node whose changing values are those it was computed from (a weight's address, a cache that did not
+        # move) is not computed again: only what the position and the new tokens reach is.
+        computed = state["replays"] + state["fallbacks"] + state["proofs"]
+        assert 0 < state["nodes_computed"] < computed * recording.counts["kernel_nodes"], (state, text)
     else:
         assert recording.plan is None and "replay plan" not in text, text
     assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
@@ -250,6 +254,9 @@ def test_replays_time_their_host_phases_only_when_asked() -> None:
         assert recording.counts["replays"] - replays == times["replays"] == 6, (times, trident.explain(step))
         assert times["opaque_steps"] > 0 and times["triton_steps"] > 0 and times["launch"] > 0, times
         assert times["program"] > times["opaque_steps"] + times["triton_steps"], times
+        # Every try of this recording replayed, and the time inside replay() covers the phases it is made of.
+        assert times["tries"] == 6 and times["unreplayed"] == 0 and times["words"] == 0, times
+        assert times["inside"] > times["program"] + times["launch"] + times["result_copies"], times
         recording.time_replays(False)
         step(tokens, 14, caches)
         assert recording.times is None

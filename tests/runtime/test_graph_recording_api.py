@@ -41,7 +41,7 @@ def test_a_recording_refuses_a_capture_it_cannot_start_and_a_program_run_outside
     assert recording.times is None  # replay timing is off until asked for
     recording.time_replays(True)
     assert recording.times == {key: 0 for key in ("replays", "program", "opaque_steps", "triton_steps", "launch",
-                                                  "result_copies")}
+                                                  "result_copies", "words", "tries", "inside", "unreplayed")}
     recording.time_replays(False)
     assert recording.times is None
     with pytest.raises(RuntimeError, match="end_capture: not capturing"):

@@ -184,9 +184,11 @@ PyObject* recording_time_replays(PyObject* self, PyObject* on) {
 PyObject* recording_times(PyObject* self, void*) {
   const ReplayTimes* t = as_recording(self)->times;
   if (t == nullptr) Py_RETURN_NONE;
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "replays", (long long)t->replays, "program", (long long)t->program,
-                       "opaque_steps", (long long)t->opaque_steps, "triton_steps", (long long)t->triton_steps,
-                       "launch", (long long)t->launch, "result_copies", (long long)t->result_copies);
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "replays", (long long)t->replays, "program",
+                       (long long)t->program, "opaque_steps", (long long)t->opaque_steps, "triton_steps",
+                       (long long)t->triton_steps, "launch", (long long)t->launch, "result_copies",
+                       (long long)t->result_copies, "words", (long long)t->words, "tries", (long long)t->tries,
+                       "inside", (long long)t->inside, "unreplayed", (long long)t->unreplayed);
 }
 
 // set_plan(words_fn: int, words: int, outputs: int, steps: [(kernel, [(argument, word)])]): replay without the
@@ -245,14 +247,15 @@ PyObject* recording_set_plan(PyObject* self, PyObject* args) {
 }
 
 // plan: None (no plan), or {"state": "learning" | "proving" | "on" | "off", "reason", "replays", "fallbacks",
-// "proofs"}.
+// "proofs", "nodes_computed"}.
 PyObject* recording_plan(PyObject* self, void*) {
   const Plan* plan = as_recording(self)->plan;
   if (plan == nullptr) Py_RETURN_NONE;
   static const char* states[] = {"learning", "proving", "on", "off"};
-  return Py_BuildValue("{s:s,s:s,s:L,s:L,s:i}", "state", states[static_cast<int>(plan->state)], "reason",
+  return Py_BuildValue("{s:s,s:s,s:L,s:L,s:i,s:L}", "state", states[static_cast<int>(plan->state)], "reason",
                        plan->off_reason.c_str(), "replays", (long long)plan->replays, "fallbacks",
-                       (long long)plan->fallbacks, "proofs", plan->proofs);
+                       (long long)plan->fallbacks, "proofs", plan->proofs, "nodes_computed",
+                       (long long)plan->nodes_computed);
 }
 
 PyMethodDef recording_methods[] = {

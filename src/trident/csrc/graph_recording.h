@@ -157,6 +157,10 @@ enum class Mode { kRecord, kReplay };
 struct ReplayTimes {
   int64_t replays = 0;
   int64_t program = 0, opaque_steps = 0, triton_steps = 0, launch = 0, result_copies = 0;
+  int64_t words = 0;  // the replay plan's words function, part of `program` when the plan replays
+  // Every call of replay() for this recording (`tries`), replayed or not, and the ns spent in all of them and in those
+  // that did not replay (a divergence, a stream it may not run on): the entry's time outside replay() is what is left.
+  int64_t tries = 0, inside = 0, unreplayed = 0;
 };
 
 // The bytes of one storage the graph made that the program's results cover, from the recording: a storage two
@@ -178,6 +182,7 @@ struct PlanStep {
   std::vector<int64_t> tags;      // per changing argument: its tag word as the step got it
   std::vector<int64_t> recorded;  // opaque, per changing argument: its value (address or bits) in the recording
   std::vector<int64_t> operands;  // kernel: the launch's operands, tensors as their data addresses (TAG_INT)
+  std::vector<int64_t> applied;   // kernel: the changing operands' values its node was last computed from
 };
 
 // Learning: the next replay of the host program shows each step's arguments; proving: the next kProofs replays
@@ -200,8 +205,13 @@ struct Plan {
   size_t n_outputs = 0;  // tensors the words function hands the caller (trident_graph_output)
   std::vector<at::Tensor> outputs;  // the tensors the host program hands the caller, in order (learned)
   std::vector<int64_t> operands;  // scratch: one launch's operands with the words put in (no allocation per replay)
+  // Each kernel node holds what its step's `applied` values give: the last replay from the plan computed every node
+  // and nothing has patched one since (a replay through the host program may). Then a node whose values did not
+  // change is not computed again: the same operands give the same variant and parameters.
+  bool nodes_current = false;
   size_t output_cursor = 0;
   int64_t replays = 0, fallbacks = 0;
+  int64_t nodes_computed = 0;  // kernel nodes the plan computed (prepared and compared), over all its replays
 };
 
 struct Recording {

@@ -562,9 +562,10 @@ ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyOb
   return ReplayOutcome::kReplayed;
 }
 
-ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
-                     PyObject** result, bool count_launches) {
-  Recording* rec = as_recording(recording);
+namespace {
+
+ReplayOutcome replay_once(Recording* rec, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+                          PyObject** result, bool count_launches) {
   CUstream stream = nullptr;
   bool capturing = true;
   // The caller's own capture (the call is part of a graph they record) or another stream: run directly.
@@ -587,6 +588,7 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
   if (rec->plan != nullptr) before_program(rec, ctx, slots);
   const int64_t patched_before = rec->patched_nodes;
   const int64_t started = rec->times != nullptr ? now_ns() : 0;
+  if (rec->plan != nullptr) rec->plan->nodes_current = false;  // the host program patches nodes to this call's
   active = rec;
   PyObject* out = nullptr;
   const int32_t status = run(ctx, slots, &out);
@@ -602,6 +604,23 @@ ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext
     return ReplayOutcome::kDirect;
   }
   return launch_replay(rec, stream, out, result, count_launches, started, ran);
+}
+
+}  // namespace
+
+ReplayOutcome replay(PyObject* recording, trident_run_fn run, TridentSpecContext* ctx, PyObject* const* slots,
+                     PyObject** result, bool count_launches) {
+  Recording* rec = as_recording(recording);
+  if (rec->times == nullptr) return replay_once(rec, run, ctx, slots, result, count_launches);
+  const int64_t entered = now_ns();
+  const ReplayOutcome outcome = replay_once(rec, run, ctx, slots, result, count_launches);
+  if (rec->times != nullptr) {
+    const int64_t spent = now_ns() - entered;
+    ++rec->times->tries;
+    rec->times->inside += spent;
+    if (outcome != ReplayOutcome::kReplayed) rec->times->unreplayed += spent;
+  }
+  return outcome;
 }
 
 }  // namespace trident::graphs

@@ -62,6 +62,9 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* prep
 // choose and pack it; tensors may be passed as their data addresses (TAG_INT). 1: prepared; 0: it needs Triton's
 // launcher (no variant for this key, a launch hook set, a grid Triton rejects); -1: error set.
 int32_t prepare_triton_launch(const void* launch, const int64_t* args, PreparedLaunch* prepared);
+// What prepare_triton_launch checks before it looks at the operands: whether launches of `launch` may go native
+// now (not disabled, a variant compiled, no launch hook set).
+bool triton_launch_native(const void* launch);
 
 // Work a graph cannot hold (an operator returning a Python scalar): refuses the recording, or diverges.
 int32_t unsupported(const std::string& why);

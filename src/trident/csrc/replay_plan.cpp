@@ -51,21 +51,34 @@ StagedInput* staged_input(Step& step, int64_t argument) {
   return nullptr;
 }
 
-// Computes and patches every node of the recording from the plan's words. false: the plan cannot vouch for this
-// call (nodes patched so far stay patched to what this call needs; the host program's replay compares with them).
-bool apply_plan(Recording* rec) {
+// Computes and patches every node of the recording from the plan's words; a kernel node whose changing values are
+// those it was last computed from is left as it is while the plan's nodes are current. false: the plan cannot vouch
+// for this call (nodes patched so far stay patched to what this call needs; the host program's replay compares with
+// them).
+bool compute_nodes(Recording* rec) {
   Plan& plan = *rec->plan;
   std::vector<Step>& steps = *rec->steps;
   std::vector<int64_t>& operands = plan.operands;
   for (size_t i = 0; i < steps.size(); ++i) {
     Step& step = steps[i];
-    const PlanStep& ps = plan.steps[i];
+    PlanStep& ps = plan.steps[i];
     if (ps.kernel) {
       if (step.kind == StepKind::kEmptyLaunch && ps.changing.empty()) continue;
-      operands = ps.operands;
-      for (size_t j = 0; j < ps.changing.size(); ++j) {
-        operands[2 * ps.changing[j].first + 1] = plan.words[ps.changing[j].second] + ps.offsets[j];
+      bool unchanged = plan.nodes_current && ps.applied.size() == ps.changing.size();
+      for (size_t j = 0; unchanged && j < ps.changing.size(); ++j) {
+        unchanged = ps.applied[j] == plan.words[ps.changing[j].second] + ps.offsets[j];
       }
+      if (unchanged) {
+        if (!triton_launch_native(step.identity)) return false;  // a launch hook: the direct path runs hooks
+        continue;
+      }
+      operands = ps.operands;
+      ps.applied.resize(ps.changing.size());
+      for (size_t j = 0; j < ps.changing.size(); ++j) {
+        ps.applied[j] = plan.words[ps.changing[j].second] + ps.offsets[j];
+        operands[2 * ps.changing[j].first + 1] = ps.applied[j];
+      }
+      ++plan.nodes_computed;
       PreparedLaunch p;
       if (prepare_triton_launch(step.identity, operands.data(), &p) != 1) {
         if (PyErr_Occurred()) PyErr_Clear();
@@ -91,6 +104,12 @@ bool apply_plan(Recording* rec) {
   return true;
 }
 
+bool apply_plan(Recording* rec) {
+  const bool applied = compute_nodes(rec);
+  rec->plan->nodes_current = applied;  // a call it could not vouch for may have left a node computed half-way
+  return applied;
+}
+
 }  // namespace
 
 bool proof_due(const Plan* plan) { return plan->since_proof >= kReproveEvery; }
@@ -111,6 +130,7 @@ ReplayOutcome replay_from_plan(Recording* rec, TridentSpecContext* ctx, PyObject
   active = rec;  // the result's tensors are fresh copies of graph memory (result_for_caller)
   const bool computed = compute_words(plan, ctx, slots, &out);
   active = nullptr;
+  if (rec->times != nullptr) rec->times->words += now_ns() - started;
   if (!computed || out == nullptr || !apply_plan(rec)) {
     Py_XDECREF(out);
     ++plan->fallbacks;

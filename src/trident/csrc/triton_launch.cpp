@@ -509,9 +509,14 @@ bool trident::current_cuda_context(void** context) {
   return cuda.current_context != nullptr && cuda.current_context(context) == 0;
 }
 
+bool trident::graphs::triton_launch_native(const void* launch) {
+  const TritonLaunchObject* self = as_launch(const_cast<PyObject*>(static_cast<const PyObject*>(launch)));
+  return self->disabled_reason->empty() && !self->variants->empty() && !launch_hooks_set();
+}
+
 int32_t trident::graphs::prepare_triton_launch(const void* launch, const int64_t* args, PreparedLaunch* prepared) {
   TritonLaunchObject* self = as_launch(const_cast<PyObject*>(static_cast<const PyObject*>(launch)));
-  if (!self->disabled_reason->empty() || self->variants->empty() || launch_hooks_set()) return 0;
+  if (!triton_launch_native(launch)) return 0;
   int64_t key[kMaxKey];
   CUcontext context = nullptr;
   if (!compute_key(self, args, key) || cuda.current_context(&context) != 0) return 0;
