@@ -50,3 +50,12 @@ def _no_unexpected_fallback() -> Iterator[None]:
     new = trident.testing.unexpected_fallbacks()[before:]
     if new:
         pytest.fail("unexpected eager fallback(s): " + "; ".join(f"'{e.function}': {e.reason}" for e in new))
+
+
+@pytest.fixture
+def plans_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay plans for CPU programs too: the pipeline lowers them only where a call may be recorded as a CUDA graph
+    (a CUDA tensor among its arguments), and the words function computes the same words on CPU."""
+    from trident.lowering import pipeline
+
+    monkeypatch.setattr(pipeline, "replays_as_graph", lambda facts: True)

@@ -364,6 +364,7 @@ def test_stored_code_contains_no_process_addresses(disk_cache: Path) -> None:
     assert id(weight) in native_library.baked_addresses(planted, known)
 
 
+@pytest.mark.usefixtures("plans_on_cpu")
 def test_a_replay_plan_is_stored_with_its_specialization(disk_cache: Path) -> None:
     """A loaded specialization keeps its CUDA graph replay plan (lowering/replay_plan.py), and the stored library
     has the words function, which computes this process's words."""
@@ -390,6 +391,7 @@ def test_a_replay_plan_is_stored_with_its_specialization(disk_cache: Path) -> No
     assert sorted(words) == sorted([x.data_ptr(), table[3].data_ptr()]), words
 
 
+@pytest.mark.usefixtures("plans_on_cpu")
 def test_a_record_compiled_without_a_replay_plan_is_not_loaded_with_the_knob_on(disk_cache: Path) -> None:
     def fn(x):  # type: ignore[no-untyped-def]
         return x * 3

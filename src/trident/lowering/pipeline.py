@@ -82,7 +82,9 @@ def compile_specialization(
         )
         host.run()
         aten_calls.extend(host.aten_calls)
-        if knobs.cuda_graphs and knobs.replay_plan:
+        if knobs.cuda_graphs and knobs.replay_plan and not replays_as_graph(facts):
+            plan[0] = "no CUDA tensor among the arguments: never replayed as a CUDA graph"
+        elif knobs.cuda_graphs and knobs.replay_plan:
             sources = placeholder_sources(trace, facts)
             static = [_static_geometry(source, guards) for source in sources]
             plan[0] = lower_replay_plan(
@@ -104,6 +106,13 @@ def compile_specialization(
         return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0])
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
+
+
+def replays_as_graph(facts: CallFacts) -> bool:
+    """Whether calls of this specialization may be recorded as CUDA graphs: only those with a CUDA tensor among their
+    arguments are (runtime/cuda_graphs.record), so only their replay plans can ever run, and a plan adds ~8% to a
+    decode step's compile time (tests/conftest.py's plans_on_cpu sets this aside to run words functions on CPU)."""
+    return any(leaf.tensor is not None and leaf.tensor.device.type == "cuda" for leaf in facts.leaves)
 
 
 def _static_geometry(source: PlaceholderSource, guards: GuardSet) -> bool:
