@@ -157,7 +157,7 @@ enum class Mode { kRecord, kReplay };
 struct ReplayTimes {
   int64_t replays = 0;
   int64_t program = 0, opaque_steps = 0, triton_steps = 0, launch = 0, result_copies = 0;
-  int64_t words = 0;  // the replay plan's words function, part of `program` when the plan replays
+  int64_t words = 0;  // the replay plan's words function with the result it builds, part of `program` then
   // Every call of replay() for this recording (`tries`), replayed or not, and the ns spent in all of them and in those
   // that did not replay (a divergence, a stream it may not run on): the entry's time outside replay() is what is left.
   int64_t tries = 0, inside = 0, unreplayed = 0;
