@@ -234,31 +234,39 @@ def test_results_sharing_graph_memory_still_share_it_and_are_never_overwritten()
 
 
 @gpu
-def test_replays_time_their_host_phases_only_when_asked() -> None:
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_replays_time_their_host_phases_only_when_asked(plan: bool) -> None:
     """time_replays(True) sums each replay's host time by phase (what benchmarks/llm/host_profile.py reports);
-    it counts exactly the replays since, and nothing once turned off."""
+    it counts exactly the replays since, and nothing once turned off. From a replay plan, the program's time is the
+    words function's and the nodes computed from it: no operator or Triton step of the host program runs."""
     model = build_model("llama", "cuda", torch.bfloat16, tiny=True, max_seq=128)
-    step = jitted(model.step_for("kernels", "int"), True)
     caches = model.new_caches(1)
     tokens = torch.zeros(1, dtype=torch.long, device="cuda")
-    with torch.no_grad():
-        for p in range(8):
+    with torch.no_grad(), override(replay_plan=plan):
+        step = jitted(model.step_for("kernels", "int"), True)
+        # Recorded at the third hit; then one replay the plan learns from and three it proves itself against.
+        for p in range(10):
             step(tokens, p, caches)
         recording = graph_of(step, len(step._trident.specializations) - 1)  # type: ignore[attr-defined]
         assert recording is not None and recording.times is None, trident.explain(step)
+        assert (recording.plan is not None and recording.plan["state"] == "on") == plan, trident.explain(step)
         recording.time_replays(True)
         replays = recording.counts["replays"]
-        for p in range(8, 14):  # no new Triton variant (1, 16, 32 ...) among these positions
+        for p in range(10, 16):  # no new Triton variant (1, 16, 32 ...) among these positions
             step(tokens, p, caches)
         times = recording.times
         assert recording.counts["replays"] - replays == times["replays"] == 6, (times, trident.explain(step))
-        assert times["opaque_steps"] > 0 and times["triton_steps"] > 0 and times["launch"] > 0, times
-        assert times["program"] > times["opaque_steps"] + times["triton_steps"], times
+        assert times["launch"] > 0 and times["program"] > 0, times
+        if plan:
+            assert times["opaque_steps"] == times["triton_steps"] == 0 and 0 < times["words"] <= times["program"], times
+        else:
+            assert times["opaque_steps"] > 0 and times["triton_steps"] > 0 and times["words"] == 0, times
+            assert times["program"] > times["opaque_steps"] + times["triton_steps"], times
         # Every try of this recording replayed, and the time inside replay() covers the phases it is made of.
-        assert times["tries"] == 6 and times["unreplayed"] == 0 and times["words"] == 0, times
+        assert times["tries"] == 6 and times["unreplayed"] == 0, times
         assert times["inside"] > times["program"] + times["launch"] + times["result_copies"], times
         recording.time_replays(False)
-        step(tokens, 14, caches)
+        step(tokens, 16, caches)
         assert recording.times is None
 
 
