@@ -62,6 +62,105 @@ def test_the_decode_steps_have_plans(model_name: str, pos_kind: str) -> None:
         assert changing and all(0 <= word < plan.words for _, word in changing), plan
 
 
+def _storages(objects: object) -> set[int]:
+    """The storages of the tensors among these objects (lists and tuples looked into)."""
+    found: set[int] = set()
+    for obj in objects if isinstance(objects, (list, tuple)) else [objects]:
+        if isinstance(obj, torch.Tensor):
+            found.add(obj.untyped_storage().data_ptr())
+        elif isinstance(obj, (list, tuple)):
+            found |= _storages(obj)
+    return found
+
+
+def assert_launches_follow_the_plan(step, call, positions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """What the runtime's learning and proving check on the GPU, checked here on every Triton launch of `step`
+    (kernels run through Triton's interpreter on CPU, where each launch's operands can be seen), over calls at these
+    positions (`call(p)`: the arguments, new tensors every time as in a decode loop): a changing operand is its word
+    plus an offset that stays the same (0 for an int), and every other operand is the same int, or the same address
+    where it is memory from outside the step (an argument or a constant). An operand the plan missed would keep its
+    recorded value in a replay from the plan."""
+    from trident.capture.triton_launches import RecordedLaunch
+
+    launches: list[tuple[object, ...]] = []
+    launch = RecordedLaunch.launch
+
+    def seen(record: RecordedLaunch, operands: tuple[object, ...]) -> object:
+        launches.append(tuple(operands))
+        return launch(record, operands)
+
+    monkeypatch.setattr(RecordedLaunch, "launch", seen)
+    jf, _ = compiled(step, call(positions[0]), call(positions[0] + 1))
+    specs = jf._trident.specializations  # type: ignore[attr-defined]
+
+    def value(operand: object) -> object:
+        return operand.data_ptr() if isinstance(operand, torch.Tensor) else operand
+
+    first: dict[tuple[int, int, int], object] = {}  # (specialization, launch, operand): offset from its word, or value
+    held = []  # every call's arguments stay alive, so the next call's are at other addresses
+    for p in positions[2:]:
+        with torch.no_grad(), override(cuda_graphs=True, replay_plan=True, disk_cache=False):
+            jf(*call(p))  # compiles where the position needs a specialization of its own (a block size from it)
+            hits = jf._trident.entry.hits()  # type: ignore[attr-defined]
+            args = call(p)
+            held.append(args)
+            launches.clear()
+            jf(*args)
+        (index,) = [i for i, n in enumerate(jf._trident.entry.hits()) if n != (hits[i] if i < len(hits) else 0)]
+        plan = specs[index].compiled.artifact.replay_plan
+        assert isinstance(plan, ReplayPlan), plan
+        kernel_steps = [changing for kernel, changing in plan.steps if kernel]
+        outside = _storages(list(specs[index].compiled.artifact.slots)) | _storages(list(args))  # arguments, constants
+        w = words(jf, index, *args)
+        assert len(launches) == len(kernel_steps), (len(launches), len(kernel_steps))
+        for i, (operands, changing) in enumerate(zip(launches, kernel_steps)):
+            words_of = dict(changing)
+            for j, operand in enumerate(operands):
+                if j in words_of:
+                    seen_now = value(operand) - w[words_of[j]]
+                    assert not isinstance(operand, int) or seen_now == 0, (p, i, j, "an int is not its word")
+                elif isinstance(operand, torch.Tensor):
+                    if operand.untyped_storage().data_ptr() not in outside:
+                        continue  # memory the step made: a graph's own, which does not move between replays
+                    seen_now = value(operand)
+                elif isinstance(operand, (int, float, bool)):
+                    seen_now = operand
+                else:
+                    continue
+                assert first.setdefault((index, i, j), seen_now) == seen_now, (p, i, j, first[(index, i, j)], seen_now)
+    assert first, "no launch operand was checked"
+
+
+POSITIONS = (3, 4, 5, 6, 9, 17, 30)  # 16, 17: another variant of kernels that specialize on % 16
+
+
+@pytest.mark.parametrize("pos_kind", ["int", "tensor"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_each_launch_of_the_decode_step_gets_what_the_plan_computes(model_name: str, pos_kind: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    model = build_model(model_name, "cpu", torch.float32, tiny=True, max_seq=32)
+    caches = model.new_caches(1)
+
+    def call(p: int) -> tuple[object, ...]:
+        tokens = torch.randint(0, model.vocab, (1,))
+        return tokens, (p if pos_kind == "int" else torch.tensor([p], dtype=torch.int32)), caches
+
+    assert_launches_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS, monkeypatch)
+
+
+@pytest.mark.parametrize("case", ["liger", "fla", "conch"])
+def test_each_launch_of_a_library_step_gets_what_the_plan_computes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library steps of benchmarks/libraries.py that run on CPU: liger's functional ops, fla's decoding
+    attention, conch's paged attention with its cache writes through a block table."""
+    from benchmarks import libraries
+
+    pytest.importorskip({"liger": "liger_kernel", "fla": "fla", "conch": "conch"}[case])
+    libraries.patch_interpreter_gaps()
+    setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged}[case]
+    build, inputs = setup("cpu", torch.float32, True)
+    assert_launches_follow_the_plan(build(), inputs, POSITIONS, monkeypatch)
+
+
 def test_the_words_are_the_position_the_ints_from_it_and_the_argument_addresses() -> None:
     def f(x: torch.Tensor, pos: int, y: torch.Tensor) -> torch.Tensor:
         return (x[pos : pos + 1] + y) * (pos + 2)  # a row of an argument at the position, an int from it
