@@ -8,9 +8,11 @@ opaque and Triton steps apart; with a replay plan on, the words function and the
 graph launch and the result copies, the tries of recordings that did not replay; `entry`, the rest, is outside
 replay() (the Python loop, binding, guards). TRIDENT_REPLAY_PLAN=1 measures
 replays from a replay plan (lowering/replay_plan.py), without the host program.
-The timers cost a little, so compare trees or machines without --phases. One JSON line per run on stdout.
+The timers cost a little, so compare trees or machines without --phases. With --hand-graph, also the same rounds
+for a CUDA graph of the step captured by hand (the strongest peer: the user's own loop restructured for a graph).
+One JSON line per run on stdout.
 
-    python -m benchmarks.llm.replay_host --model llama --pos-kind int [--seconds 3] [--phases]
+    python -m benchmarks.llm.replay_host --model llama --pos-kind int [--seconds 3] [--phases] [--hand-graph]
 """
 from __future__ import annotations
 
@@ -51,6 +53,36 @@ def timed_rounds(step, tokens, positions: list[Any], caches, seconds: float) -> 
     return rounds, i
 
 
+def hand_graph_host_us(model: Any, caches: Any, tokens: torch.Tensor, seconds: float) -> float:
+    """The same rounds for a CUDA graph of the step captured by hand, as a user restructuring their loop for one would
+    write it (the position a device tensor the graph advances): per step, the new tokens copied in, the replay, and
+    the logits cloned out (what Trident hands the caller). Host µs per step, median round."""
+    step = model.step_for("kernels", "tensor")
+    static_tokens, pos = tokens.clone(), torch.zeros(1, dtype=torch.int32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # Triton compiles and cuBLAS's handle before the capture
+        for _ in range(2):
+            step(static_tokens, pos, caches)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        logits = step(static_tokens, pos, caches)
+        pos.add_(1)
+    rounds, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        pos.fill_(8)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        t0 = time.perf_counter()
+        for _ in range(STEPS):
+            static_tokens.copy_(tokens)
+            graph.replay()
+            logits.clone()
+        rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
+        torch.cuda.synchronize()
+    return sorted(rounds)[len(rounds) // 2]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="llama")
@@ -59,6 +91,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0, help="measured time")
     p.add_argument("--phases", action="store_true", help="also split the host time by phase (the replay timers)")
     p.add_argument("--label", default="", help="a name for this run in its JSON line (e.g. which tree)")
+    p.add_argument("--hand-graph", action="store_true",
+                   help="also the host µs per step of a CUDA graph of the step captured by hand (hand_graph_host_us)")
     args = p.parse_args()
     model = build_model(args.model, "cuda", torch.bfloat16, max_seq=512)
     step = trident.jit(model.step_for("kernels", args.pos_kind))
@@ -90,6 +124,9 @@ def main() -> None:
         if phases:
             phases["entry"] = result["host_us"] - phases["inside"]
         result["phases_us"] = phases
+    if args.hand_graph:
+        with torch.no_grad():
+            result["hand_graph_host_us"] = hand_graph_host_us(model, model.new_caches(args.batch), tokens, args.seconds)
     print(json.dumps(result), flush=True)
 
 
