@@ -3,6 +3,7 @@ its words function computes. Compiled on CPU, where the words function runs as o
 as a replay does); the replays themselves are tested on the GPU (tests/e2e/test_cuda_graphs.py)."""
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import trident
 from trident.artifact import ReplayPlan
 from trident.knobs import override
 from trident.runtime import load_runtime
+from trident.testing import expect_fallback
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -212,6 +214,31 @@ def test_a_program_no_cuda_graph_records_gets_no_plan(monkeypatch: pytest.Monkey
 
     _, plans = compiled(f, (torch.randn(8, 4), 1))
     assert plans == ["no CUDA tensor among the arguments: never replayed as a CUDA graph"], plans
+
+
+def test_a_plan_whose_lowering_fails_costs_the_program_nothing_but_the_plan(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The plan is an optimization: an error lowering it (a bug) leaves the program compiled, replaying through its
+    host program, with the reason in the artifact and one warning. In strict mode (the tests) it fails the compile."""
+    from trident.lowering import pipeline
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a value the plan never classified")
+
+    monkeypatch.setattr(pipeline, "lower_replay_plan", broken)
+
+    def f(x: torch.Tensor, pos: int) -> torch.Tensor:
+        return x[pos : pos + 1] * 2
+
+    x = torch.randn(8, 4)
+    with override(strict=False), caplog.at_level(logging.WARNING, logger="trident"):
+        jf, plans = compiled(f, (x, 1))
+    assert plans[0].startswith("lowering it failed (KeyError: "), plans
+    assert [r.getMessage() for r in caplog.records if "no replay plan" in r.getMessage()] != [], caplog.text
+    assert torch.equal(jf(x, 1), f(x, 1)) and jf._trident.eager_calls == 0  # type: ignore[attr-defined]
+    with expect_fallback("at stage 'lower': KeyError: 'a value the plan never classified'"):
+        compiled(f, (x, 2))  # strict (the suite's mode): the bug fails the compile, and the test says so
 
 
 def test_without_the_knob_no_plan_is_lowered() -> None:
