@@ -4,6 +4,7 @@ as a replay does); the replays themselves are tested on the GPU (tests/e2e/test_
 from __future__ import annotations
 
 import logging
+import struct
 import sys
 from pathlib import Path
 
@@ -133,6 +134,87 @@ def assert_launches_follow_the_plan(step, call, positions, monkeypatch) -> None:
     assert first, "no launch operand was checked"
 
 
+def _schema_arguments(func: object, args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
+    """An operator call's arguments in its schema's order, defaults filled in: the IR's operands of the op."""
+    values = []
+    for i, a in enumerate(func._schema.arguments):  # type: ignore[attr-defined]
+        values.append(args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+    return values
+
+
+def assert_steps_follow_the_plan(step, call, positions) -> None:  # type: ignore[no-untyped-def]
+    """assert_launches_follow_the_plan for every step, operators too: without the buffer pool, every step of the
+    recording is a Triton launch or an operator call through the dispatcher, which a dispatch mode sees in order
+    (views, which make no step, excepted), so each step's operands can be checked as a launch's are, and the
+    order of the plan's steps with them."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+    from trident.capture.triton_launches import RecordedLaunch
+    from trident.lowering.replay_plan import _makes_no_step
+
+    events: list[tuple[bool, str, list[object]]] = []  # (a Triton launch, what, operands in step order)
+    launch = RecordedLaunch.launch
+
+    def seen(record: RecordedLaunch, operands: tuple[object, ...]) -> object:
+        events.append((True, "launch", list(operands)))
+        with _disable_current_modes():  # the interpreter's own tensor work is not the program's
+            return launch(record, operands)
+
+    class Steps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name, overload = func._schema.name, func._overloadname
+            if not _makes_no_step(name, "" if overload == "default" else overload):
+                events.append((False, f"{name}.{overload}", _schema_arguments(func, args, kwargs or {})))
+            return func(*args, **(kwargs or {}))
+
+    with pytest.MonkeyPatch.context() as patch, override(buffer_pool_mb=0):
+        patch.setattr(RecordedLaunch, "launch", seen)
+        jf, _ = compiled(step, call(positions[0]), call(positions[0] + 1))
+        specs = jf._trident.specializations  # type: ignore[attr-defined]
+        first: dict[tuple[int, int, int], object] = {}
+        held = []
+        checked = 0
+        for p in positions[2:]:
+            with torch.no_grad(), override(cuda_graphs=True, replay_plan=True, disk_cache=False):
+                jf(*call(p))
+                hits = jf._trident.entry.hits()  # type: ignore[attr-defined]
+                args = call(p)
+                held.append(args)
+                events.clear()
+                with Steps():
+                    jf(*args)
+            (index,) = [i for i, n in enumerate(jf._trident.entry.hits()) if n != (hits[i] if i < len(hits) else 0)]
+            plan = specs[index].compiled.artifact.replay_plan
+            assert isinstance(plan, ReplayPlan), plan
+            outside = _storages(list(specs[index].compiled.artifact.slots)) | _storages(list(args))
+            w = words(jf, index, *args)
+            assert [k for k, _, _ in events] == [k for k, _ in plan.steps], [what for _, what, _ in events]
+            for i, ((_, what, operands), (_, changing)) in enumerate(zip(events, plan.steps)):
+                words_of = dict(changing)
+                for j, operand in enumerate(operands):
+                    if j in words_of:
+                        if isinstance(operand, torch.Tensor):
+                            seen_now = operand.data_ptr() - w[words_of[j]]
+                        else:
+                            bits = struct.unpack("<q", struct.pack("<d", operand))[0] if isinstance(operand, float) \
+                                else int(operand)  # fmt: skip
+                            assert bits == w[words_of[j]], (p, i, what, j, "a scalar is not its word")
+                            continue
+                    elif isinstance(operand, torch.Tensor):
+                        if operand.untyped_storage().data_ptr() not in outside:
+                            continue  # memory the program made
+                        seen_now = operand.data_ptr()
+                    elif isinstance(operand, (int, float, bool, list, tuple, str, type(None), torch.dtype)):
+                        seen_now = operand if not isinstance(operand, (list, tuple)) or not any(
+                            isinstance(t, torch.Tensor) for t in operand) else None  # fmt: skip
+                    else:
+                        continue
+                    checked += 1
+                    assert first.setdefault((index, i, j), seen_now) == seen_now, (p, i, what, j, first[(index, i, j)],
+                                                                                   seen_now)  # fmt: skip
+    assert checked, "no operand was checked"
+
+
 POSITIONS = (3, 4, 5, 6, 9, 17, 30)  # 16, 17: another variant of kernels that specialize on % 16
 
 
@@ -148,6 +230,7 @@ def test_each_launch_of_the_decode_step_gets_what_the_plan_computes(model_name: 
         return tokens, (p if pos_kind == "int" else torch.tensor([p], dtype=torch.int32)), caches
 
     assert_launches_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS, monkeypatch)
+    assert_steps_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS)
 
 
 @pytest.mark.parametrize("case", ["liger", "fla", "conch"])
@@ -161,6 +244,7 @@ def test_each_launch_of_a_library_step_gets_what_the_plan_computes(case: str, mo
     setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged}[case]
     build, inputs = setup("cpu", torch.float32, True)
     assert_launches_follow_the_plan(build(), inputs, POSITIONS, monkeypatch)
+    assert_steps_follow_the_plan(build(), inputs, POSITIONS)
 
 
 def test_the_words_are_the_position_the_ints_from_it_and_the_argument_addresses() -> None:
