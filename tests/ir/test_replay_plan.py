@@ -233,15 +233,19 @@ def test_each_launch_of_the_decode_step_gets_what_the_plan_computes(model_name: 
     assert_steps_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS)
 
 
-@pytest.mark.parametrize("case", ["liger", "fla", "conch"])
+@pytest.mark.parametrize("case", ["liger", "fla", "conch", "liger-llama"])
 def test_each_launch_of_a_library_step_gets_what_the_plan_computes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The library steps of benchmarks/libraries.py that run on CPU: liger's functional ops, fla's decoding
-    attention, conch's paged attention with its cache writes through a block table."""
+    attention, conch's paged attention with its cache writes through a block table, and a Hugging Face Llama with
+    liger's kernels (positions as tensors, Hugging Face's API)."""
     from benchmarks import libraries
 
-    pytest.importorskip({"liger": "liger_kernel", "fla": "fla", "conch": "conch"}[case])
+    for module in {"liger": ["liger_kernel"], "fla": ["fla"], "conch": ["conch"],
+                   "liger-llama": ["liger_kernel", "transformers"]}[case]:  # fmt: skip
+        pytest.importorskip(module)
     libraries.patch_interpreter_gaps()
-    setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged}[case]
+    setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged,
+             "liger-llama": libraries.liger_llama}[case]  # fmt: skip
     build, inputs = setup("cpu", torch.float32, True)
     assert_launches_follow_the_plan(build(), inputs, POSITIONS, monkeypatch)
     assert_steps_follow_the_plan(build(), inputs, POSITIONS)
