@@ -3,6 +3,7 @@ its words function computes. Compiled on CPU, where the words function runs as o
 as a replay does); the replays themselves are tested on the GPU (tests/e2e/test_cuda_graphs.py)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 import sys
@@ -76,64 +77,6 @@ def _storages(objects: object) -> set[int]:
     return found
 
 
-def assert_launches_follow_the_plan(step, call, positions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """What the runtime's learning and proving check on the GPU, checked here on every Triton launch of `step`
-    (kernels run through Triton's interpreter on CPU, where each launch's operands can be seen), over calls at these
-    positions (`call(p)`: the arguments, new tensors every time as in a decode loop): a changing operand is its word
-    plus an offset that stays the same (0 for an int), and every other operand is the same int, or the same address
-    where it is memory from outside the step (an argument or a constant). An operand the plan missed would keep its
-    recorded value in a replay from the plan."""
-    from trident.capture.triton_launches import RecordedLaunch
-
-    launches: list[tuple[object, ...]] = []
-    launch = RecordedLaunch.launch
-
-    def seen(record: RecordedLaunch, operands: tuple[object, ...]) -> object:
-        launches.append(tuple(operands))
-        return launch(record, operands)
-
-    monkeypatch.setattr(RecordedLaunch, "launch", seen)
-    jf, _ = compiled(step, call(positions[0]), call(positions[0] + 1))
-    specs = jf._trident.specializations  # type: ignore[attr-defined]
-
-    def value(operand: object) -> object:
-        return operand.data_ptr() if isinstance(operand, torch.Tensor) else operand
-
-    first: dict[tuple[int, int, int], object] = {}  # (specialization, launch, operand): offset from its word, or value
-    held = []  # every call's arguments stay alive, so the next call's are at other addresses
-    for p in positions[2:]:
-        with torch.no_grad(), override(cuda_graphs=True, replay_plan=True, disk_cache=False):
-            jf(*call(p))  # compiles where the position needs a specialization of its own (a block size from it)
-            hits = jf._trident.entry.hits()  # type: ignore[attr-defined]
-            args = call(p)
-            held.append(args)
-            launches.clear()
-            jf(*args)
-        (index,) = [i for i, n in enumerate(jf._trident.entry.hits()) if n != (hits[i] if i < len(hits) else 0)]
-        plan = specs[index].compiled.artifact.replay_plan
-        assert isinstance(plan, ReplayPlan), plan
-        kernel_steps = [changing for kernel, changing in plan.steps if kernel]
-        outside = _storages(list(specs[index].compiled.artifact.slots)) | _storages(list(args))  # arguments, constants
-        w = words(jf, index, *args)
-        assert len(launches) == len(kernel_steps), (len(launches), len(kernel_steps))
-        for i, (operands, changing) in enumerate(zip(launches, kernel_steps)):
-            words_of = dict(changing)
-            for j, operand in enumerate(operands):
-                if j in words_of:
-                    seen_now = value(operand) - w[words_of[j]]
-                    assert not isinstance(operand, int) or seen_now == 0, (p, i, j, "an int is not its word")
-                elif isinstance(operand, torch.Tensor):
-                    if operand.untyped_storage().data_ptr() not in outside:
-                        continue  # memory the step made: a graph's own, which does not move between replays
-                    seen_now = value(operand)
-                elif isinstance(operand, (int, float, bool)):
-                    seen_now = operand
-                else:
-                    continue
-                assert first.setdefault((index, i, j), seen_now) == seen_now, (p, i, j, first[(index, i, j)], seen_now)
-    assert first, "no launch operand was checked"
-
-
 def _schema_arguments(func: object, args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
     """An operator call's arguments in its schema's order, defaults filled in: the IR's operands of the op."""
     values = []
@@ -142,17 +85,32 @@ def _schema_arguments(func: object, args: tuple[object, ...], kwargs: dict[str, 
     return values
 
 
-def assert_steps_follow_the_plan(step, call, positions) -> None:  # type: ignore[no-untyped-def]
-    """assert_launches_follow_the_plan for every step, operators too: without the buffer pool, every step of the
-    recording is a Triton launch or an operator call through the dispatcher, which a dispatch mode sees in order
-    (views, which make no step, excepted), so each step's operands can be checked as a launch's are, and the
-    order of the plan's steps with them."""
+def _comparable(operand: object, outside: set[int]) -> tuple[bool, object]:
+    """(whether to compare, what) for an operand that is no word: the same int, float, list of them or other constant
+    in every call, or the same address for memory from outside the step (an argument, a constant)."""
+    if isinstance(operand, torch.Tensor):
+        if operand.untyped_storage().data_ptr() not in outside:
+            return False, None  # memory the program made: a graph's own, which does not move between replays
+        return True, operand.data_ptr()
+    if isinstance(operand, (list, tuple)):
+        return not any(isinstance(t, torch.Tensor) for t in operand), operand
+    return isinstance(operand, (int, float, bool, str, type(None), torch.dtype)), operand
+
+
+def assert_steps_follow_the_plan(step, call, positions, operators: bool) -> None:  # type: ignore[no-untyped-def]
+    """What the runtime's learning and proving check on the GPU, checked here on the CPU over calls at these positions
+    (`call(p)`: the arguments, new tensors every time as in a decode loop): a changing operand of a step is its word
+    plus an offset that stays the same (a scalar: its word), and every other operand the same in every call. An
+    operand the plan missed would keep its recorded value in a replay from the plan. Triton launches run through
+    Triton's interpreter on CPU, where their operands can be seen. With `operators`, without the buffer pool, every
+    step is a launch or a call through the dispatcher, which a dispatch mode sees in order (views, which make no
+    step, excepted): the operators' operands are checked too, and the order of the plan's steps."""
     from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
     from trident.capture.triton_launches import RecordedLaunch
     from trident.lowering.replay_plan import _makes_no_step
 
-    events: list[tuple[bool, str, list[object]]] = []  # (a Triton launch, what, operands in step order)
+    events: list[tuple[bool, str, list[object]]] = []  # (a Triton launch, what, operands in the step's order)
     launch = RecordedLaunch.launch
 
     def seen(record: RecordedLaunch, operands: tuple[object, ...]) -> object:
@@ -167,51 +125,42 @@ def assert_steps_follow_the_plan(step, call, positions) -> None:  # type: ignore
                 events.append((False, f"{name}.{overload}", _schema_arguments(func, args, kwargs or {})))
             return func(*args, **(kwargs or {}))
 
-    with pytest.MonkeyPatch.context() as patch, override(buffer_pool_mb=0):
+    knobs = {"buffer_pool_mb": 0} if operators else {}
+    with pytest.MonkeyPatch.context() as patch, override(**knobs):
         patch.setattr(RecordedLaunch, "launch", seen)
         jf, _ = compiled(step, call(positions[0]), call(positions[0] + 1))
         specs = jf._trident.specializations  # type: ignore[attr-defined]
-        first: dict[tuple[int, int, int], object] = {}
-        held = []
-        checked = 0
+        first: dict[tuple[int, int, int], object] = {}  # (specialization, step, operand): its offset or value
+        held, checked = [], 0  # held: every call's arguments stay alive, so the next call's are at other addresses
         for p in positions[2:]:
             with torch.no_grad(), override(cuda_graphs=True, replay_plan=True, disk_cache=False):
-                jf(*call(p))
+                jf(*call(p))  # compiles where the position needs a specialization of its own (a block size from it)
                 hits = jf._trident.entry.hits()  # type: ignore[attr-defined]
                 args = call(p)
                 held.append(args)
                 events.clear()
-                with Steps():
+                with Steps() if operators else contextlib.nullcontext():
                     jf(*args)
             (index,) = [i for i, n in enumerate(jf._trident.entry.hits()) if n != (hits[i] if i < len(hits) else 0)]
             plan = specs[index].compiled.artifact.replay_plan
             assert isinstance(plan, ReplayPlan), plan
+            steps = plan.steps if operators else [(kernel, c) for kernel, c in plan.steps if kernel]
+            assert [k for k, _, _ in events] == [k for k, _ in steps], [what for _, what, _ in events]
             outside = _storages(list(specs[index].compiled.artifact.slots)) | _storages(list(args))
             w = words(jf, index, *args)
-            assert [k for k, _, _ in events] == [k for k, _ in plan.steps], [what for _, what, _ in events]
-            for i, ((_, what, operands), (_, changing)) in enumerate(zip(events, plan.steps)):
+            for i, ((_, what, operands), (_, changing)) in enumerate(zip(events, steps)):
                 words_of = dict(changing)
                 for j, operand in enumerate(operands):
-                    if j in words_of:
-                        if isinstance(operand, torch.Tensor):
-                            seen_now = operand.data_ptr() - w[words_of[j]]
-                        else:
-                            bits = struct.unpack("<q", struct.pack("<d", operand))[0] if isinstance(operand, float) \
-                                else int(operand)  # fmt: skip
-                            assert bits == w[words_of[j]], (p, i, what, j, "a scalar is not its word")
-                            continue
-                    elif isinstance(operand, torch.Tensor):
-                        if operand.untyped_storage().data_ptr() not in outside:
-                            continue  # memory the program made
-                        seen_now = operand.data_ptr()
-                    elif isinstance(operand, (int, float, bool, list, tuple, str, type(None), torch.dtype)):
-                        seen_now = operand if not isinstance(operand, (list, tuple)) or not any(
-                            isinstance(t, torch.Tensor) for t in operand) else None  # fmt: skip
-                    else:
+                    if j in words_of and not isinstance(operand, torch.Tensor):
+                        bits = struct.unpack("<q", struct.pack("<d", operand))[0] if isinstance(operand, float) \
+                            else int(operand)  # fmt: skip
+                        assert bits == w[words_of[j]], (p, i, what, j, "a scalar is not its word")
                         continue
-                    checked += 1
-                    assert first.setdefault((index, i, j), seen_now) == seen_now, (p, i, what, j, first[(index, i, j)],
-                                                                                   seen_now)  # fmt: skip
+                    compare, value = (True, operand.data_ptr() - w[words_of[j]]) if j in words_of \
+                        else _comparable(operand, outside)  # fmt: skip
+                    if compare:
+                        checked += 1
+                        assert first.setdefault((index, i, j), value) == value, (p, i, what, j, first[(index, i, j)])
     assert checked, "no operand was checked"
 
 
@@ -220,8 +169,9 @@ POSITIONS = (3, 4, 5, 6, 9, 17, 30)  # 16, 17: another variant of kernels that s
 
 @pytest.mark.parametrize("pos_kind", ["int", "tensor"])
 @pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-def test_each_launch_of_the_decode_step_gets_what_the_plan_computes(model_name: str, pos_kind: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("operators", [False, True], ids=["pooled", "every_step"])
+def test_each_step_of_the_decode_step_gets_what_the_plan_computes(model_name: str, pos_kind: str,
+                                                                  operators: bool) -> None:
     model = build_model(model_name, "cpu", torch.float32, tiny=True, max_seq=32)
     caches = model.new_caches(1)
 
@@ -229,12 +179,12 @@ def test_each_launch_of_the_decode_step_gets_what_the_plan_computes(model_name: 
         tokens = torch.randint(0, model.vocab, (1,))
         return tokens, (p if pos_kind == "int" else torch.tensor([p], dtype=torch.int32)), caches
 
-    assert_launches_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS, monkeypatch)
-    assert_steps_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS)
+    assert_steps_follow_the_plan(model.step_for("kernels", pos_kind), call, POSITIONS, operators)
 
 
 @pytest.mark.parametrize("case", ["liger", "fla", "conch", "liger-llama"])
-def test_each_launch_of_a_library_step_gets_what_the_plan_computes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("operators", [False, True], ids=["pooled", "every_step"])
+def test_each_step_of_a_library_step_gets_what_the_plan_computes(case: str, operators: bool) -> None:
     """The library steps of benchmarks/libraries.py that run on CPU: liger's functional ops, fla's decoding
     attention, conch's paged attention with its cache writes through a block table, and a Hugging Face Llama with
     liger's kernels (positions as tensors, Hugging Face's API)."""
@@ -247,8 +197,7 @@ def test_each_launch_of_a_library_step_gets_what_the_plan_computes(case: str, mo
     setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged,
              "liger-llama": libraries.liger_llama}[case]  # fmt: skip
     build, inputs = setup("cpu", torch.float32, True)
-    assert_launches_follow_the_plan(build(), inputs, POSITIONS, monkeypatch)
-    assert_steps_follow_the_plan(build(), inputs, POSITIONS)
+    assert_steps_follow_the_plan(build(), inputs, POSITIONS, operators)
 
 
 def test_the_words_are_the_position_the_ints_from_it_and_the_argument_addresses() -> None:
