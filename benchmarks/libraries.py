@@ -52,8 +52,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # run as a file: trident from the tree, and `benchmarks.llm` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 os.environ.setdefault("TRIDENT_DISK_CACHE", "0")  # cold compiles, counted
 
@@ -329,17 +330,11 @@ def hand_graph_ms(build: Callable[[], Step], args: tuple[Any, ...], steps: int, 
     """Wall ms per step of eager's step captured by hand as one CUDA graph at one position and replayed: the least
     any system launching one graph per step from Python pays (the replays reuse the capture's inputs, so this is a
     floor, not a decode loop). The reason instead where the step cannot be captured (a host copy, a sync)."""
+    from benchmarks.llm.hand_graph import capture_by_hand
+
     step = build()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # Triton compiles, cuBLAS's handle, the caching allocator's blocks: before the capture
-            step(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
-            step(*args)
+        graph, _ = capture_by_hand(lambda: step(*args))
     except Exception as e:  # noqa: BLE001 - an uncapturable step is a finding, reported in its row
         torch.cuda.synchronize()
         return f"not capturable: {type(e).__name__}: {e}"[:200]

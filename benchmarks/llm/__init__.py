@@ -10,6 +10,8 @@ matmuls, timed per token under eager, torch.compile, a CUDA-graph replay and Tri
     reference.py    the same operations in plain torch (no Triton), for correctness checks
     models.py       Llama-3.2-1B-shaped and GPT-2-medium-shaped decoders over a static KV cache
     run.py          the benchmark (python -m benchmarks.llm.run --help)
+    hand_graph.py   a step captured by hand as one CUDA graph: the reference run.py, replay_host.py and
+                    ../libraries.py hold Trident's replays against
     report.py       its result file, tables and plot; merges result files of several runs
     liger_check.py  Hugging Face Llama with liger-kernel's Triton kernels, one decode step eager vs Trident
 """

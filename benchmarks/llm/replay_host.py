@@ -30,6 +30,7 @@ import torch
 
 import trident
 
+from benchmarks.llm.hand_graph import capture_by_hand
 from benchmarks.llm.host_profile import recordings, timed_phases
 from benchmarks.llm.models import build_model
 from benchmarks.llm.run import machine_info
@@ -59,16 +60,13 @@ def hand_graph_host_us(model: Any, caches: Any, tokens: torch.Tensor, seconds: f
     the logits cloned out (what Trident hands the caller). Host µs per step, median round."""
     step = model.step_for("kernels", "tensor")
     static_tokens, pos = tokens.clone(), torch.zeros(1, dtype=torch.int32, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # Triton compiles and cuBLAS's handle before the capture
-        for _ in range(2):
-            step(static_tokens, pos, caches)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def one_step() -> torch.Tensor:
         logits = step(static_tokens, pos, caches)
         pos.add_(1)
+        return logits
+
+    graph, logits = capture_by_hand(one_step)  # each round sets the position again
     rounds, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds:
         pos.fill_(8)

@@ -82,6 +82,7 @@ import torch._dynamo
 
 import trident  # before the aten op set registers its kernels: capture knows them from import on
 from benchmarks.llm import aten_ops
+from benchmarks.llm.hand_graph import capture_by_hand
 from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
 
@@ -321,17 +322,14 @@ def run_cuda_graph(work: Workload) -> tuple[dict[str, Any], Checks]:
     s, step = work.schedule, work.model.step_for(work.op_set, "tensor")
     tokens = work.tokens[0].clone()
     pos = torch.zeros(1, dtype=torch.int32, device=work.device)
-    start = time.perf_counter()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile the Triton kernels and initialize cuBLAS outside the capture
-        for _ in range(2):
-            step(tokens, pos, work.caches)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def one_step() -> torch.Tensor:
         logits = step(tokens, pos, work.caches)
         pos.add_(1)
+        return logits
+
+    start = time.perf_counter()
+    graph, logits = capture_by_hand(one_step)  # the warm-up's cache writes and positions are reset below
     torch.cuda.synchronize()
     capture_s = time.perf_counter() - start
 
