@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +40,18 @@ STEPS = 16  # per GPU sleep: few enough that the launch queue never fills
 SLEEP_CYCLES = 60_000_000  # ~30 ms at the H200's clock: longer than 16 steps' host time
 
 
-def timed_rounds(step, tokens, positions: list[Any], caches, seconds: float) -> tuple[list[float], int]:
-    """Host µs per step of each round of STEPS steps enqueued while the GPU sleeps, for `seconds`; and the steps.
-    (A function of its own so that a profile of the process can keep only these samples.)"""
+def timed_rounds(call: Callable[[int], object], seconds: float,
+                 before_round: Callable[[], object] = lambda: None) -> tuple[list[float], int]:
+    """Host µs per step of each round of STEPS steps (`call(i)`, i counting them) enqueued while the GPU sleeps, for
+    `seconds`, `before_round` run ahead of each round's sleep; and the steps. (A function of its own so that a
+    profile of the process can keep only these samples.)"""
     rounds, i, start = [], 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
+        before_round()
         torch.cuda._sleep(SLEEP_CYCLES)
         t0 = time.perf_counter()
         for _ in range(STEPS):
-            step(tokens, positions[8 + i % (len(positions) - 8)], caches)
+            call(i)
             i += 1
         rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
         torch.cuda.synchronize()
@@ -66,18 +70,14 @@ def hand_graph_host_us(model: Any, caches: Any, tokens: torch.Tensor, seconds: f
         pos.add_(1)
         return logits
 
-    graph, logits = capture_by_hand(one_step)  # each round sets the position again
-    rounds, start = [], time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        pos.fill_(8)
-        torch.cuda._sleep(SLEEP_CYCLES)
-        t0 = time.perf_counter()
-        for _ in range(STEPS):
-            static_tokens.copy_(tokens)
-            graph.replay()
-            logits.clone()
-        rounds.append((time.perf_counter() - t0) / STEPS * 1e6)
-        torch.cuda.synchronize()
+    graph, logits = capture_by_hand(one_step)
+
+    def replayed(_: int) -> None:
+        static_tokens.copy_(tokens)
+        graph.replay()
+        logits.clone()
+
+    rounds, _ = timed_rounds(replayed, seconds, before_round=lambda: pos.fill_(8))  # each round from position 8
     return sorted(rounds)[len(rounds) // 2]
 
 
@@ -108,7 +108,7 @@ def main() -> None:
             for r in recordings(step):
                 r.time_replays(True)
         replays = sum(r.counts["replays"] for r in recordings(step))
-        rounds, i = timed_rounds(step, tokens, positions, caches, args.seconds)
+        rounds, i = timed_rounds(lambda i: step(tokens, positions[8 + i % (len(positions) - 8)], caches), args.seconds)
     result: dict[str, Any] = {
         "label": args.label, "model": args.model, "pos_kind": args.pos_kind, "batch": args.batch,
         "host_us": sorted(rounds)[len(rounds) // 2], "steps": i,
