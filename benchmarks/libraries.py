@@ -336,17 +336,9 @@ def hand_graph_ms(build: Callable[[], Step], args: tuple[Any, ...], steps: int, 
     try:
         graph, _ = capture_by_hand(lambda: step(*args))
     except Exception as e:  # noqa: BLE001 - an uncapturable step is a finding, reported in its row
-        torch.cuda.synchronize()
+        sync("cuda")
         return f"not capturable: {type(e).__name__}: {e}"[:200]
-    times = []
-    for _ in range(rounds):
-        sync("cuda")
-        start = time.perf_counter()
-        for _ in range(steps):
-            graph.replay()
-        sync("cuda")
-        times.append(1e3 * (time.perf_counter() - start) / steps)
-    return statistics.median(times)
+    return statistics.median([time_round(graph.replay, [()] * steps, "cuda") for _ in range(rounds)])
 
 
 def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: int) -> dict[str, Any]:
