@@ -379,7 +379,7 @@ def run_case(case: Case, device: str, dtype: torch.dtype, steps: int, rounds: in
     see_through = [line.strip() for line in explained if "traced into" in line or "opaque " in line]
     if see_through:
         result["see_through"] = see_through
-    # replays (and with TRIDENT_REPLAY_PLAN=1 the replay plan's state), or why not
+    # replays (and the replay plan's state), or why not
     result["cuda_graphs"] = [line.strip() for line in explained if "CUDA graph" in line or "replay plan" in line]
     if case.name == "flag-gems":  # is gems' eager step right at all? Against plain Hugging Face eager
         plain = flag_gems_reference(device, dtype, inputs)

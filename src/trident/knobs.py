@@ -72,11 +72,10 @@ class Knobs:
     # CUDA graph at its third hit, proven against the direct run, and replayed with patched kernel parameters from
     # then on (runtime/cuda_graphs.py).
     cuda_graphs: bool = True
-    # TRIDENT_REPLAY_PLAN=1: a program whose changing step arguments follow from the call's ints and argument
-    # addresses replays its CUDA graph, once the plan is learned and proven, without running the host program
-    # (lowering/replay_plan.py, csrc/replay_plan.cpp). Off by default until it has run on a GPU: by default every
-    # replay runs the host program in replay mode.
-    replay_plan: bool = False
+    # TRIDENT_REPLAY_PLAN=0: every CUDA graph replay runs the host program in replay mode. By default a program whose
+    # changing step arguments follow from the call's ints and argument addresses replays its CUDA graph, once the
+    # plan is learned and proven, without running the host program (lowering/replay_plan.py, csrc/replay_plan.cpp).
+    replay_plan: bool = True
 
 
 def comma_names(text: str) -> frozenset[str]:
@@ -103,7 +102,7 @@ def _read() -> Knobs:
         see_through=_flag_on_unless_off("TRIDENT_SEE_THROUGH"),
         opaque_ops=comma_names(os.environ.get("TRIDENT_OPAQUE_OPS", "")),
         cuda_graphs=_flag_on_unless_off("TRIDENT_CUDA_GRAPHS"),
-        replay_plan=_flag("TRIDENT_REPLAY_PLAN"),
+        replay_plan=_flag_on_unless_off("TRIDENT_REPLAY_PLAN"),
     )
 
 
@@ -131,9 +130,9 @@ KNOB_DOCS = {
     "TRIDENT_CUDA_GRAPHS": "0: no CUDA graph replay (default on: each CUDA specialization is replayed as a CUDA graph "
     "from its third hit, kernel parameters that changed patched, after proving itself bit for bit against the "
     "direct run)",
-    "TRIDENT_REPLAY_PLAN": "1: a program whose changing kernel and operator arguments follow from the call's ints and "
-    "argument addresses replays its graph without running the host program, once its plan has proven itself "
-    "against three replays through it (default off until it has run on a GPU)",
+    "TRIDENT_REPLAY_PLAN": "0: every CUDA graph replay runs the host program (default on: a program whose changing "
+    "kernel and operator arguments follow from the call's ints and argument addresses replays its graph without "
+    "running the host program, once its plan has proven itself against three replays through it)",
 }
 
 knobs = _read()

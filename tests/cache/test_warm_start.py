@@ -398,7 +398,8 @@ def test_a_record_compiled_without_a_replay_plan_is_not_loaded_with_the_knob_on(
 
     x = torch.randn(4)
     with count_compiles() as compiles:
-        trident.jit(fn)(x)  # TRIDENT_REPLAY_PLAN off: stored without a plan
+        with override(replay_plan=False):
+            trident.jit(fn)(x)  # stored without a plan
         with override(replay_plan=True):
             jitted = trident.jit(fn)
             jitted(x)

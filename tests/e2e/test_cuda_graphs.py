@@ -53,7 +53,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 @pytest.mark.parametrize("pos_kind", ["int", "tensor"])
 @pytest.mark.parametrize("model_name", ["llama", "gpt2"])
 def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: str, batch: int, plan: bool) -> None:
-    """Replays through the host program, and with TRIDENT_REPLAY_PLAN=1 most of them from the replay plan."""
+    """Replays through the host program (TRIDENT_REPLAY_PLAN=0), and by default most of them from the replay plan."""
     model = build_model(model_name, "cuda", torch.bfloat16, tiny=True, max_seq=128)
     fn = model.step_for("kernels", pos_kind)
     with_graphs, direct = jitted(fn, True), jitted(fn, False)

@@ -6,7 +6,7 @@ Calls draw, per step: fresh input tensors (moved addresses) or the same ones, si
 symbolic specialization replaying one recording per size), an int that feeds grids, slices, in-place writes and
 kernel arguments, the current stream or a side stream, and results that are kept for the rest of the run (held
 results must never change afterwards).
-Each program runs with replays through the host program and with TRIDENT_REPLAY_PLAN=1 (replays from a plan where
+Each program runs with replays through the host program and with the replay plan (replays from a plan where
 the program has one: the cache update does, the slice at k of a result does not).
 TRIDENT_GRAPH_FUZZ_CALLS=N sets the calls per program (default 600)."""
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_hit_path_cuda_memory_and_rss_are_flat_with_native_launches(graphs: bool
     """On CUDA: ATen outputs and a natively launched Triton kernel's output die with the caller's references
     (torch.cuda.memory_allocated returns exactly to its level), and RSS stays flat; with CUDA graph replay
     too, over 10^5 replayed calls (each result a fresh tensor copied out of graph memory), through the host
-    program and from a replay plan (TRIDENT_REPLAY_PLAN=1)."""
+    program (TRIDENT_REPLAY_PLAN=0) and from a replay plan."""
     import triton
     import triton.language as tl
 

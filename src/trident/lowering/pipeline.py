@@ -73,7 +73,7 @@ def compile_specialization(
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
     aten_calls: list[str] = []
-    plan: list[ReplayPlan | str] = ["off (TRIDENT_REPLAY_PLAN=1 turns it on)"]
+    plan: list[ReplayPlan | str] = ["off (TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0)"]
     builder = ModuleBuilder()
 
     def lower() -> str:
