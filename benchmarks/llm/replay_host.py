@@ -6,8 +6,8 @@ enqueued while the GPU sleeps, so no call waits on the device: the median round 
 --phases, the recordings' own timers (GraphRecording.time_replays) split it: the host program in replay mode (its
 opaque and Triton steps apart; with a replay plan on, the words function and the nodes computed from them), the
 graph launch and the result copies, the tries of recordings that did not replay; `entry`, the rest, is outside
-replay() (the Python loop, binding, guards). TRIDENT_REPLAY_PLAN=0 measures
-replays from a replay plan (lowering/replay_plan.py), without the host program.
+replay() (the Python loop, binding, guards). By default a replay comes from its replay plan (lowering/replay_plan.py),
+without the host program; TRIDENT_REPLAY_PLAN=0 measures replays through the host program.
 The timers cost a little, so compare trees or machines without --phases. With --hand-graph, also the same rounds
 for a CUDA graph of the step captured by hand (the strongest peer: the user's own loop restructured for a graph).
 One JSON line per run on stdout.
