@@ -194,8 +194,7 @@ def test_each_step_of_a_library_step_gets_what_the_plan_computes(case: str, oper
                    "liger-llama": ["liger_kernel", "transformers"]}[case]:  # fmt: skip
         pytest.importorskip(module)
     libraries.patch_interpreter_gaps()
-    setup = {"liger": libraries.liger_functional, "fla": libraries.fla_decoding, "conch": libraries.conch_paged,
-             "liger-llama": libraries.liger_llama}[case]  # fmt: skip
+    (setup,) = [c.setup for c in libraries.CASES if c.name == case]
     build, inputs = setup("cpu", torch.float32, True)
     assert_steps_follow_the_plan(build(), inputs, POSITIONS, operators)
 
