@@ -86,9 +86,11 @@ def compile_specialization(
         )
         host.run()
         aten_calls.extend(host.aten_calls)
-        if knobs.cuda_graphs and knobs.replay_plan and not replays_as_graph(facts):
+        if not (knobs.cuda_graphs and knobs.replay_plan):
+            pass  # plan[0] says the knobs turned it off
+        elif not replays_as_graph(facts):
             plan[0] = "no CUDA tensor among the arguments: never replayed as a CUDA graph"
-        elif knobs.cuda_graphs and knobs.replay_plan:
+        else:
             sources = placeholder_sources(trace, facts)
             static = [_static_geometry(source, guards) for source in sources]
             try:
