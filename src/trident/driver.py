@@ -28,7 +28,7 @@ import torch
 
 from . import exc
 from .cache import warm_start
-from .capture import module_state
+from .capture import module_state, user_state
 from .capture.guards import GuardSet, build_guards, describe_guards, first_failure, see_through_guards
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
@@ -50,6 +50,10 @@ log = logging.getLogger("trident")
 _compile_count = 0
 _compile_count_lock = threading.Lock()
 _entry_lock = threading.RLock()  # making entries (and building the runtime) once
+# Captures with the same objects that may leave traced values in them (each undone, its call run eagerly)
+# before such calls run eagerly without capturing: a lazy cache does it once per cache object, a function that
+# assigns a traced value on every call (a growing DynamicCache) would capture every call.
+_PYTHON_STATE_CAPTURES = 4
 
 
 def runtime_loaded() -> bool:
@@ -127,6 +131,10 @@ class JitFunction:
         self._lock = threading.RLock()  # one compile at a time per function; hits never take it
         self._warned: set[str] = set()
         self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
+        # Captures that left traced values in the user's objects (undone), per call structure with objects by
+        # identity (_objects_key), and the eager reason of a structure once there were too many of them.
+        self._python_state_captures: collections.Counter[object] = collections.Counter()
+        self._assigns_python_state: dict[object, str] = {}
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -243,6 +251,10 @@ class JitFunction:
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
                 )
+        if self._assigns_python_state:
+            assigns = self._assigns_python_state.get(_objects_key(facts))
+            if assigns is not None:
+                return assigns
         if torch.is_grad_enabled():
             if self._constants_require_grad:
                 return self._constants_require_grad
@@ -309,20 +321,27 @@ class JitFunction:
             persisted.loaded_as(spec)
             return spec, None
         start = time.perf_counter()
+        reachable = user_state.snapshot(self.fn, values, self.param_names)
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
                 trace = trace_function(
-                    self.fn, self.n_positional, self.param_names, values, facts, self.dynamism, SCALAR_LOWERING
+                    self.fn, self.n_positional, self.param_names, values, facts, self.dynamism, SCALAR_LOWERING,
+                    reachable,
                 )
         except exc.KeptFromEarlierCapture:
+            reachable.restore()
             raise  # eager would compute with that capture's fake tensor: the user must move the cache out
         except Exception as e:  # noqa: BLE001 -- an operator (or the function itself) failed while capturing
+            # What the partial run assigned into the user's objects is undone: the eager run makes it once.
+            reachable.restore()
             # Data-dependent Python (`.item()`, `if x.sum() > 0`, `.data_ptr()`: UnsupportedConstruct) too: eager
             # runs such a program, so Trident does, warning once with the construct and the user's line.
             # Capture runs torch's meta functions and decompositions on fake tensors, not eager's kernels: the
             # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
             # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.
             self._remember_eager(facts, capture_failure(self.name, e))
+            return None, None
+        if self._left_traced_values(reachable, facts):
             return None, None
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
             # Remembered, so later calls with grad on run eagerly without tracing again.
@@ -348,6 +367,7 @@ class JitFunction:
             # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
             # file the message names) or an argument it cannot pass natively never reaches a user whose program
             # eager runs. Remembered for this guard set; other inputs still get their own attempt.
+            reachable.restore()  # the eager run makes the capture's Python side effects once
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
             what = details or type(e).__name__
@@ -368,6 +388,30 @@ class JitFunction:
         if log_enabled("guards"):
             log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
         return spec, unpublished
+
+    def _left_traced_values(self, reachable: user_state.UserState, facts: CallFacts) -> bool:
+        """After a capture that succeeded: if it assigned values of the trace into the user's objects (a cache
+        allocated lazily on the first call), undo every change it made and say that this call runs eagerly,
+        where the assignments happen for real (capture/user_state.py). Calls with the same objects that keep
+        doing so (a DynamicCache growing each step) stop being captured after a few."""
+        left = [c for c in reachable.changes() if c.traced]
+        if not left:
+            return False
+        reachable.restore()
+        key = _objects_key(facts)
+        self._python_state_captures[key] += 1
+        reason = (
+            f"capturing '{self.name}' assigned traced values into Python objects it reaches "
+            f"({user_state.describe(left)}), which compiled code cannot reproduce; the call runs eagerly, which "
+            "makes those assignments for real"
+        )
+        if self._python_state_captures[key] >= _PYTHON_STATE_CAPTURES:
+            self._assigns_python_state[key] = reason = (
+                f"{reason}. It did so in {self._python_state_captures[key]} captures with these objects: such "
+                "calls run eagerly from now on, without capturing again"
+            )
+        self.eager_reason = reason
+        return True
 
     def _install(
         self, values: Sequence[object], guards: GuardSet, facts: CallFacts, trace: Trace | None,
@@ -445,6 +489,17 @@ class JitFunction:
             lines.append(f"{len(self.fallbacks)} guard set(s) run eagerly, without capturing again:")
             lines += self.fallbacks.describe()
         return "\n".join(lines)
+
+
+def _objects_key(facts: CallFacts) -> object:
+    """A call's structure with its objects by identity and its tensors by dtype, device and rank (sizes and
+    values left out): the calls of one decode loop over one cache object share it."""
+    return tuple(
+        (leaf.path.param, leaf.path.items, leaf.kind,
+         id(leaf.value) if leaf.kind is LeafKind.OBJECT else
+         (leaf.tensor.dtype, leaf.tensor.device, len(leaf.tensor.sizes)) if leaf.tensor is not None else None)
+        for leaf in facts.leaves
+    )
 
 
 def _same_structure(a: CallFacts, b: CallFacts) -> bool:

@@ -50,6 +50,8 @@ from .kept_fakes import recipe_of, remember_constant_computations, replay
 from .python_kernels import Report, Retry, registered_during_capture, seeing_through
 from .specialize import ScalarLowering, symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
+from .user_state import UserState
+from .user_state import snapshot as snapshot_user_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,21 +536,28 @@ def trace_function(
     facts: CallFacts,
     dynamism: Dynamism,
     lowering: ScalarLowering,
+    reachable: UserState | None = None,
 ) -> Trace:
     """Trace with `dynamism`, then again with the symbols the trace cannot keep symbolic made constants
     (capture/specialize.py, asking `lowering` what it compiles exactly) until none is left; and again with a
-    Python-implemented op opaque whose body could not be traced into (python_kernels.py)."""
+    Python-implemented op opaque whose body could not be traced into (python_kernels.py). Each new attempt starts
+    from the user's objects as they were before the first (`reachable`): what an attempt assigned into them
+    belongs to its finished trace."""
+    if reachable is None:
+        reachable = snapshot_user_state(fn, values, param_names)
     opaque: dict[str, str] = {}
     while True:
         try:
             trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque, lowering)
         except Retry as retry:
             opaque[retry.op] = retry.reason
+            reachable.restore()
             continue
         pinned = pinned.without(pinned.without(dynamism))  # only what this trace had symbolic
         if not pinned:
             return trace
         dynamism = dynamism.without(pinned)
+        reachable.restore()
 
 
 def _trace_once(
