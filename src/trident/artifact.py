@@ -7,7 +7,8 @@ for a fresh compile (driver.py) and a disk load (cache/warm_start.py) alike:
   - BufferPoolSlot: the specialization's BufferPool, empty, with `sites` allocation sites (its CUDA matmul
     sites make their cuBLASLt plans on first use);
   - LaunchSiteSlot: a Triton launch site, from capture's record of the launch (runtime/triton_native.py makes
-    its TritonLaunch on CUDA; on CPU the record itself runs through Triton's interpreter).
+    its TritonLaunch on CUDA; on CPU the record itself runs through Triton's interpreter);
+  - ResultBuilderSlot: how a dataclass, named tuple or dict result is built (the runtime's Entry.ResultBuilder).
 
 Every other slot is the object compiled code reads as it is: a tensor constant of the trace, an object a guard
 compares by identity, a scalar or string. In a fresh compile these are this process's objects; the disk cache
@@ -44,6 +45,17 @@ class LaunchSiteSlot:
     index in this process's kernel_side_table)."""
 
     launch: Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ResultBuilderSlot:
+    """How the entry builds a result Python makes from parts (a dataclass such as Hugging Face's ModelOutput, a
+    named tuple, a dict): `cls(**dict(zip(names, parts)))`; `nested`: parts below it are built too; `cls` None:
+    only parts below it are (capture/trace.py, _flatten_output). The runtime's Entry.ResultBuilder is made from it."""
+
+    cls: Any
+    names: tuple[str, ...]
+    nested: bool
 
 
 @dataclasses.dataclass(frozen=True)

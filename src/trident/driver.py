@@ -85,16 +85,22 @@ class Specialization:
         return self.compiled.constants[: self.n_trace_constants]
 
 
-def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object]]:
+def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object], str | None]:
+    """The signature, parameter names in slot order, how many are positional, defaults by slot, and the name of
+    the **kwargs parameter (None: there is none; it has no slot: each keyword it receives gets its own)."""
     signature = inspect.signature(fn)
     names: list[str] = []
     n_positional = 0
     defaults: dict[int, object] = {}
+    var_keyword: str | None = None
     for p in signature.parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        if p.kind is p.VAR_KEYWORD:
+            var_keyword = p.name
+            continue
+        if p.kind is p.VAR_POSITIONAL:
             raise exc.UnsupportedSignature(
-                f"trident.jit cannot compile '{fn.__qualname__}': its parameter '{p.name}' is "
-                f"{'*' if p.kind is p.VAR_POSITIONAL else '**'}{p.name}; list the parameters explicitly"
+                f"trident.jit cannot compile '{fn.__qualname__}': its parameter '{p.name}' is *{p.name}; list the "
+                "parameters explicitly"
             )
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             if len(names) != n_positional:
@@ -103,7 +109,7 @@ def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list
         if p.default is not p.empty:
             defaults[len(names)] = p.default
         names.append(p.name)
-    return signature, names, n_positional, defaults
+    return signature, names, n_positional, defaults, var_keyword
 
 
 class JitFunction:
@@ -114,7 +120,10 @@ class JitFunction:
         # How messages and explain name it: the function's own name unless the caller knows a better one (a
         # torch.compile graph, dynamo.py).
         self.name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
-        self.signature, self.param_names, self.n_positional, self._defaults = _signature_facts(fn)
+        self.signature, self.param_names, self.n_positional, self._defaults, self._var_keyword = _signature_facts(fn)
+        # Slots [0, _n_named) are the named parameters; then each keyword only **kwargs received in some call,
+        # appended as it is first seen (_add_keywords; param_names is replaced, never changed in place).
+        self._n_named = len(self.param_names)
         # The native entry needs the runtime, whose first build takes ~40 s: decorating (importing a module of
         # jitted functions) must not pay that, so the entry is made here only when this process has loaded the
         # runtime already, else at the first call (make_entry; lazy_entry.py, module.py).
@@ -180,13 +189,18 @@ class JitFunction:
             # before the body runs), worded as eager words it.
             return call_eagerly(self.fn, args, kwargs)
         bound.apply_defaults()
-        values = [bound.arguments[n] for n in self.param_names]
         if knobs.disable or is_tracing():
             # Called from another jitted function being captured: inline into that capture.
             return self.fn(*args, **kwargs)
         from .capture.inputs import describe_call
 
-        facts = describe_call(self.param_names, values)
+        extra: dict[str, object] = bound.arguments.pop(self._var_keyword) if self._var_keyword else {}
+        if any(name not in self.param_names[self._n_named :] for name in extra):
+            clash = self._add_keywords(extra)
+            if clash is not None:
+                return self._run_eagerly(clash, args, kwargs)
+        values = self._bound_values(bound.arguments, extra)
+        facts = describe_call(self.param_names[: len(values)], values)
         remembered = self.fallbacks.lookup(facts)  # no lock: a dict read; eager needs no compile
         if remembered is not None:
             self.misses += 1
@@ -198,6 +212,9 @@ class JitFunction:
             if hit:
                 return result
             self.misses += 1
+            if len(values) != len(self.param_names):  # another thread added a keyword since: not passed here
+                values = self._bound_values(bound.arguments, extra)
+                facts = describe_call(self.param_names, values)
             eager = self._eager_reason(facts, values)
             if eager is None:
                 self.last_miss_reason = self._miss_reason(values, facts)
@@ -229,6 +246,32 @@ class JitFunction:
             with self._lock:
                 unpublished.publish(spec)
         return result
+
+    def _bound_values(self, arguments: dict[str, object], extra: dict[str, object]) -> list[object]:
+        """The call's value of each slot: named parameters (defaults applied), then the keywords of **kwargs."""
+        from .capture.inputs import NOT_PASSED
+
+        names = self.param_names
+        return [arguments[n] for n in names[: self._n_named]] + [extra.get(n, NOT_PASSED) for n in names[self._n_named :]]
+
+    def _add_keywords(self, extra: dict[str, object]) -> str | None:
+        """Give each keyword of **kwargs not seen before a slot of its own, in the entry (whose earlier
+        specializations stop matching: their guards do not read it) and in param_names; or say why this call
+        runs eagerly: a keyword that names a parameter the entry would bind it to (a positional-only one)."""
+        from .capture.inputs import NOT_PASSED
+
+        with self._lock:
+            for name in extra:
+                if name in self.param_names[: self._n_named]:
+                    return (
+                        f"'{self.name}' is called with keyword '{name}', which names a positional-only parameter and "
+                        "goes to its **kwargs; such calls run eagerly"
+                    )
+            for name in extra:
+                if name not in self.param_names:
+                    self.entry.add_keyword(name, NOT_PASSED)
+                    self.param_names = [*self.param_names, name]
+        return None
 
     def _eager_reason(self, facts: CallFacts, values: Sequence[object]) -> str | None:
         """Why this call runs eagerly without a capture, or None (capture and compile it)."""
@@ -428,9 +471,12 @@ class JitFunction:
         return spec
 
     def _call_args(self, values: Sequence[object]) -> tuple[list[object], dict[str, object]]:
-        """Bound values as a call would pass them (keyword-only parameters by keyword): same slots."""
+        """Bound values as a call would pass them (keyword-only parameters by keyword, keywords of **kwargs the
+        call did not pass left out): same slots."""
+        from .capture.inputs import NOT_PASSED
+
         n = self.n_positional
-        return list(values[:n]), dict(zip(self.param_names[n:], values[n:]))
+        return list(values[:n]), {k: v for k, v in zip(self.param_names[n:], values[n:]) if v is not NOT_PASSED}
 
     def _newly_dynamic(self, facts: CallFacts) -> Dynamism:
         """What differs from the latest specialization of the same structure: sizes, ints and floats by value

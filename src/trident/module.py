@@ -9,6 +9,8 @@ The wrapper is the same module seen through a class of its own:
     method, so the wrapper arrives as a `self` argument guarded by identity): no Python frame on a hit.
 
 A miss captures `module(*args, **kwargs)` on the original: its hooks and forward run as eager would run them.
+A forward taking **kwargs (every Hugging Face model's) is bound keyword by keyword: each keyword only **kwargs
+receives becomes a parameter of the entry once a call passes it (driver.JitFunction._add_keywords).
 Module state the forward reads (the `training` flags of the modules it calls, their other attributes, which
 parameter or submodule object each name holds) is guarded natively (capture/module_state.py), so a
 train()/eval() flip, also of one submodule, compiles or reuses the specialization of that mode. Parameters and

@@ -173,3 +173,18 @@ class _Absent:
 
 
 ABSENT = _Absent()
+
+
+class KeywordNotPassed:
+    """The value of a keyword that only **kwargs receives, in a call that does not pass it: the entry's default
+    for such a keyword (driver.JitFunction binds each one seen as a parameter of its own), an object leaf
+    guarded by identity; module.py's forward call passes on only the keywords that are not it."""
+
+    def __reduce__(self) -> str:
+        return "NOT_PASSED"
+
+    def __repr__(self) -> str:
+        return "<keyword not passed>"
+
+
+NOT_PASSED = KeywordNotPassed()

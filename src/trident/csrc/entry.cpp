@@ -7,6 +7,12 @@
  * and it neither allocates Python objects nor runs Python code of its own. Anything else — a binding the
  * compiled signature does not cover, an unseen key, every guard saying no — is a miss: the original call goes
  * unchanged to the Python miss handler, which compiles and add_spec()s the new specialization.
+ *
+ * A function with **kwargs binds the keywords it has been called with as keyword-only parameters of their own,
+ * which the miss handler appends (add_keyword) with a default that stands for "not passed"; a call passing a
+ * keyword not seen before misses. A result that Python builds from its parts (a dataclass such as Hugging
+ * Face's ModelOutput) comes back from the compiled run as a tuple headed by a ResultBuilder, which the entry
+ * calls (the result's own constructor) before returning.
  */
 #include <unordered_map>
 #include <vector>
@@ -199,6 +205,124 @@ PyObject* record_graph(EntryObject* self, uint32_t index, PyObject* const* slots
   return result;
 }
 
+// --- Results built by a constructor -----------------------------------------------------------------------
+
+// ResultBuilder(cls, kwnames, nested): a compiled run returns (builder, v1, ..., vn) for a result eager built as
+// cls(**dict(zip(kwnames, values))) (capture/trace.py checks at capture that this rebuilds an equal object);
+// cls None returns v1 itself. `nested`: some vi holds such tuples too (in tuples and lists).
+struct ResultBuilderObject {
+  PyObject_HEAD
+  PyObject* cls;      // strong: a type, or None
+  PyObject* kwnames;  // strong: tuple of str, one per value (empty when cls is None)
+  char nested;  // a bool (T_BOOL reads a char)
+};
+
+PyTypeObject ResultBuilderType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool is_built_result(PyObject* obj) {
+  return PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) > 0 && Py_IS_TYPE(PyTuple_GET_ITEM(obj, 0), &ResultBuilderType);
+}
+
+PyObject* build_result(PyObject* tagged);
+
+// A new reference to `value` with every builder-headed tuple in it built (tuples and lists are rebuilt).
+PyObject* build_nested(PyObject* value) {
+  if (is_built_result(value)) return build_result(value);
+  const bool tuple = PyTuple_CheckExact(value);
+  if (!tuple && !PyList_CheckExact(value)) return Py_NewRef(value);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+  PyObject* copy = tuple ? PyTuple_New(n) : PyList_New(n);
+  if (copy == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = build_nested(PySequence_Fast_GET_ITEM(value, i));
+    if (item == nullptr) return Py_DECREF(copy), nullptr;
+    if (tuple) {
+      PyTuple_SET_ITEM(copy, i, item);
+    } else {
+      PyList_SET_ITEM(copy, i, item);
+    }
+  }
+  return copy;
+}
+
+// `tagged` (borrowed): (builder, v1, ..., vn). Returns the built object (new reference) or NULL.
+PyObject* build_result(PyObject* tagged) {
+  auto* builder = reinterpret_cast<ResultBuilderObject*>(PyTuple_GET_ITEM(tagged, 0));
+  const Py_ssize_t n = PyTuple_GET_SIZE(tagged) - 1;
+  if (builder->cls == Py_None) {
+    if (n != 1) return PyErr_SetString(PyExc_SystemError, "trident: a ResultBuilder without a type takes one value"), nullptr;
+    return builder->nested ? build_nested(PyTuple_GET_ITEM(tagged, 1)) : Py_NewRef(PyTuple_GET_ITEM(tagged, 1));
+  }
+  if (n != PyTuple_GET_SIZE(builder->kwnames)) {
+    PyErr_SetString(PyExc_SystemError, "trident: a built result has another number of values than its names");
+    return nullptr;
+  }
+  if (!builder->nested) {  // the values as they are, by keyword (the tuple's items after the builder)
+    return PyObject_Vectorcall(builder->cls, &PyTuple_GET_ITEM(tagged, 1), 0, builder->kwnames);
+  }
+  std::vector<PyObject*> values(static_cast<size_t>(n), nullptr);
+  PyObject* result = nullptr;
+  bool ok = true;
+  for (Py_ssize_t i = 0; i < n && ok; ++i) ok = (values[i] = build_nested(PyTuple_GET_ITEM(tagged, i + 1))) != nullptr;
+  if (ok) result = PyObject_Vectorcall(builder->cls, values.data(), 0, builder->kwnames);
+  for (PyObject* value : values) Py_XDECREF(value);
+  return result;
+}
+
+// The run's result (a new reference, stolen) as the caller receives it: built when it is builder-headed.
+PyObject* finish_result(PyObject* out) {
+  if (!is_built_result(out)) return out;
+  PyObject* built = build_result(out);
+  Py_DECREF(out);
+  return built;
+}
+
+PyObject* result_builder_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"cls", "kwnames", "nested", nullptr};
+  PyObject* cls = nullptr;
+  PyObject* kwnames = nullptr;
+  int nested = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!p:ResultBuilder", const_cast<char**>(kwlist), &cls,
+                                   &PyTuple_Type, &kwnames, &nested)) {
+    return nullptr;
+  }
+  if (cls != Py_None && !PyCallable_Check(cls)) {
+    PyErr_SetString(PyExc_TypeError, "ResultBuilder: cls must be callable or None");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(kwnames, i))) {
+      PyErr_SetString(PyExc_TypeError, "ResultBuilder: kwnames must be a tuple of str");
+      return nullptr;
+    }
+  }
+  auto* self = reinterpret_cast<ResultBuilderObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->cls = Py_NewRef(cls);
+  self->kwnames = Py_NewRef(kwnames);
+  self->nested = static_cast<char>(nested != 0);
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void result_builder_dealloc(PyObject* self_obj) {
+  auto* self = reinterpret_cast<ResultBuilderObject*>(self_obj);
+  Py_CLEAR(self->cls);
+  Py_CLEAR(self->kwnames);
+  Py_TYPE(self_obj)->tp_free(self_obj);
+}
+
+PyObject* result_builder_repr(PyObject* self_obj) {
+  auto* self = reinterpret_cast<ResultBuilderObject*>(self_obj);
+  return PyUnicode_FromFormat("<trident.runtime.Entry.ResultBuilder %R %R>", self->cls, self->kwnames);
+}
+
+PyMemberDef result_builder_members[] = {
+    {"cls", T_OBJECT, offsetof(ResultBuilderObject, cls), READONLY, "the result's type (None: the one value)"},
+    {"kwnames", T_OBJECT, offsetof(ResultBuilderObject, kwnames), READONLY, "keyword of each value"},
+    {"nested", T_BOOL, offsetof(ResultBuilderObject, nested), READONLY, "values hold built results too"},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
 // Bind, key, select, run — without the miss handler. On kHit *result holds the run's new reference; on
 // kError a Python exception is set.
 Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames,
@@ -268,6 +392,7 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
       return Outcome::kError;
     }
     if (state->clears == clears) ++state->specs[index].hits;
+    if ((out = finish_result(out)) == nullptr) return Outcome::kError;  // the result's constructor raised
     *result = out;
     return Outcome::kHit;
   }
@@ -352,6 +477,48 @@ void release_specs(EntryState* state) {
     Py_DECREF(spec.keepalive);
     Py_XDECREF(spec.graphs);
   }
+}
+
+// add_keyword(name, default) -> int: a keyword-only parameter appended (its slot index), bound when a call passes
+// `name` and `default` otherwise. Every call has one more slot from now on: the specializations added so far
+// are dropped from the key table (they stay in the list: indices, hits and graphs keep), since their guards
+// never read the new slot. For **kwargs: the miss handler adds each keyword only **kwargs receives.
+PyObject* entry_add_keyword(PyObject* self_obj, PyObject* args) {
+  EntryObject* self = as_entry(self_obj);
+  PyObject* name = nullptr;
+  PyObject* default_value = nullptr;
+  if (!PyArg_ParseTuple(args, "UO:add_keyword", &name, &default_value)) return nullptr;
+  if (!PyUnicode_CheckExact(name)) {
+    PyErr_SetString(PyExc_TypeError, "add_keyword: name must be a str");
+    return nullptr;
+  }
+  if (find_parameter(self, name) >= 0) return PyErr_Format(PyExc_ValueError, "add_keyword: %R is a parameter already", name);
+  const Py_ssize_t n = self->n_params;
+  PyObject* position = PyLong_FromSsize_t(n);
+  if (position == nullptr) return nullptr;
+  if (PyDict_SetItem(self->defaults_dict, position, default_value) < 0) return Py_DECREF(position), nullptr;
+  auto* defaults = static_cast<PyObject**>(PyMem_Realloc(self->defaults, sizeof(PyObject*) * (n + 1)));
+  PyObject* names = PyTuple_New(n + 1);
+  if (defaults == nullptr || names == nullptr) {
+    if (defaults != nullptr) self->defaults = defaults;
+    PyDict_DelItem(self->defaults_dict, position);
+    Py_DECREF(position);
+    Py_XDECREF(names);
+    return PyErr_NoMemory();
+  }
+  self->defaults = defaults;
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(self->param_names, i)));
+  Py_INCREF(name);
+  PyUnicode_InternInPlace(&name);
+  PyTuple_SET_ITEM(names, n, name);
+  // Published together: a binding reads param_names and defaults up to n_params.
+  Py_SETREF(self->param_names, names);
+  self->defaults[n] = Py_NewRef(default_value);
+  self->n_params = n + 1;
+  EntryState* state = self->state;
+  state->by_key.clear();
+  ++state->version;
+  return position;
 }
 
 PyObject* entry_clear_specs(PyObject* self_obj, PyObject*) {
@@ -612,6 +779,9 @@ PyMethodDef entry_methods[] = {
      "add_spec(key, guard_address, run_address, context, keepalive) -> int: spec index; keeps context and "
      "keepalive alive until clear()"},
     {"clear", entry_clear_specs, METH_NOARGS, "drop every specialization (and the references they hold)"},
+    {"add_keyword", entry_add_keyword, METH_VARARGS,
+     "add_keyword(name, default) -> int: append a keyword-only parameter (its slot); earlier specializations stop "
+     "matching"},
     {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
      "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
     {"add_graph", entry_add_graph, METH_VARARGS, "add_graph(index, recording): replay it on hits too"},
@@ -667,5 +837,18 @@ bool trident::ready_entry_type() {
   t.tp_methods = entry_methods;
   t.tp_members = entry_members;
   t.tp_getset = entry_getset;
-  return PyType_Ready(&t) == 0;
+  PyTypeObject& r = ResultBuilderType;
+  r.tp_name = "trident.runtime.Entry.ResultBuilder";
+  r.tp_doc = "ResultBuilder(cls, kwnames, nested): heads a compiled run's result that the entry builds as cls(**...)";
+  r.tp_basicsize = sizeof(ResultBuilderObject);
+  r.tp_flags = Py_TPFLAGS_DEFAULT;
+  r.tp_new = result_builder_new;
+  r.tp_dealloc = result_builder_dealloc;
+  r.tp_repr = result_builder_repr;
+  r.tp_members = result_builder_members;
+  if (PyType_Ready(&r) < 0 || PyType_Ready(&t) < 0) return false;
+  // Entry.ResultBuilder: the one name the compiler side needs (module.cpp lists the module's types).
+  if (PyDict_SetItemString(t.tp_dict, "ResultBuilder", reinterpret_cast<PyObject*>(&r)) < 0) return false;
+  PyType_Modified(&t);
+  return true;
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..artifact import Artifact, BufferPoolSlot, LaunchSiteSlot, NativeCode
+from ..artifact import Artifact, BufferPoolSlot, LaunchSiteSlot, NativeCode, ResultBuilderSlot
 
 
 @dataclasses.dataclass
@@ -47,6 +47,8 @@ def instantiate(artifact: Artifact) -> CompiledSpecialization:
         elif isinstance(slot, LaunchSiteSlot):
             obj = launch_site(slot.launch)
             launch_sites.append(obj)
+        elif isinstance(slot, ResultBuilderSlot):
+            obj = load_runtime().Entry.ResultBuilder(slot.cls, slot.names, slot.nested)
         else:
             obj = slot
         constants.append(obj)

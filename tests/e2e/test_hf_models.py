@@ -1,0 +1,238 @@
+"""trident.jit(model) on Hugging Face causal LMs, called as generate() calls them: every argument by keyword,
+some of them (cache_position, return_dict) received only by the forward's **kwargs, and a ModelOutput back.
+
+Tiny random-init configs of the real transformers classes (no downloads). Each decode step is compared with an
+identical eager twin (model and StaticCache) bit for bit, and the jitted model's counters prove that the steps
+ran compiled code: one compile, every other step a native hit, no eager call."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+from helpers_native import assert_native, jit_state
+from torch import nn
+
+import trident
+from trident import exc
+from trident.testing import expect_fallback
+
+transformers = pytest.importorskip("transformers")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+MAX_LEN = 16
+POSITIONS = range(5)
+
+
+def _config(family: str) -> tuple[Any, type, int, int]:
+    """A tiny config of the family, its causal-LM class, and the StaticCache's kv heads and head dim."""
+    if family == "llama":
+        config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                          max_position_embeddings=MAX_LEN)
+        cls, kv_heads, head_dim = transformers.LlamaForCausalLM, 2, 16
+    elif family == "qwen2":
+        config = transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2,
+                                          max_position_embeddings=MAX_LEN)
+        cls, kv_heads, head_dim = transformers.Qwen2ForCausalLM, 2, 16
+    else:
+        config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=MAX_LEN,
+                                         bos_token_id=0, eos_token_id=0)
+        cls, kv_heads, head_dim = transformers.GPT2LMHeadModel, 4, 16
+    config._attn_implementation = "sdpa"
+    return config, cls, kv_heads, head_dim
+
+
+def _model_and_cache(family: str, device: str) -> tuple[nn.Module, Any]:
+    """The model (seeded weights, eval) and its fp32 StaticCache of MAX_LEN positions: twins when called twice."""
+    config, cls, kv_heads, head_dim = _config(family)
+    torch.manual_seed(0)
+    model = cls(config).to(device).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    cache.early_initialization(batch_size=1, num_heads=kv_heads, head_dim=head_dim, dtype=torch.float32,
+                               device=device)
+    return model, cache
+
+
+def _step_inputs(pos: int, device: str) -> dict[str, torch.Tensor]:
+    return {
+        "input_ids": torch.tensor([[(7 * pos + 3) % 128]], device=device),
+        "position_ids": torch.tensor([[pos]], device=device),
+        "cache_position": torch.tensor([pos], device=device),
+    }
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """Every tensor of every layer: keys, values and the positions the layer counts (cumulative_length)."""
+    tensors = [t for layer in cache.layers for _, t in sorted(vars(layer).items()) if isinstance(t, torch.Tensor)]
+    assert len(tensors) >= 2 * len(cache.layers)
+    return tensors
+
+
+def _assert_same_output(result: Any, expected: Any, cache: Any) -> None:
+    """Eager's type and fields: the logits bit for bit, past_key_values the cache passed in (by identity)."""
+    assert type(result) is type(expected)
+    assert list(result.keys()) == list(expected.keys())
+    assert torch.equal(result.logits, expected.logits)
+    assert result.past_key_values is cache
+    for field in dataclasses.fields(expected):
+        if field.name not in ("logits", "past_key_values"):
+            assert getattr(result, field.name) is None and getattr(expected, field.name) is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_decode_static_cache(family: str, device: str) -> None:
+    """The whole model jitted, called by keyword with a StaticCache: one compile, then native hits."""
+    eager, eager_cache = _model_and_cache(family, device)
+    model, cache = _model_and_cache(family, device)
+    jitted = trident.jit(model)
+    with torch.no_grad():
+        for pos in POSITIONS:
+            expected = eager(**_step_inputs(pos, device), past_key_values=eager_cache, use_cache=True)
+            result = jitted(**_step_inputs(pos, device), past_key_values=cache, use_cache=True)
+            _assert_same_output(result, expected, cache)
+            for got, want in zip(_cache_tensors(cache), _cache_tensors(eager_cache), strict=True):
+                assert torch.equal(got, want)
+    # Positions are tensors (Hugging Face's API): one specialization serves every step.
+    assert_native(jitted, hits=len(POSITIONS), compiles=1)
+    assert jit_state(jitted).param_names[-1] == "cache_position"  # a keyword only **kwargs receives
+
+
+def test_keyword_omitted_and_tuple_results() -> None:
+    """return_dict reaches only **kwargs. return_dict=False returns eager's tuple (logits, the cache itself); a
+    call that omits return_dict afterwards misses (the keyword is guarded as not passed), compiles and returns
+    eager's ModelOutput; passing it again hits the first specialization."""
+    eager, eager_cache = _model_and_cache("llama", "cpu")
+    model, cache = _model_and_cache("llama", "cpu")
+    jitted = trident.jit(model)
+    plan = [False, False, None, None, False]  # return_dict per step; None: not passed
+    with torch.no_grad():
+        for pos, return_dict in zip(POSITIONS, plan, strict=True):
+            extra = {} if return_dict is None else {"return_dict": return_dict}
+            expected = eager(**_step_inputs(pos, "cpu"), past_key_values=eager_cache, use_cache=True, **extra)
+            result = jitted(**_step_inputs(pos, "cpu"), past_key_values=cache, use_cache=True, **extra)
+            if return_dict is None:
+                _assert_same_output(result, expected, cache)
+            else:
+                assert type(result) is tuple and len(result) == len(expected) == 2
+                assert torch.equal(result[0], expected[0]) and result[1] is cache
+    assert_native(jitted, hits=len(plan), compiles=2)
+    assert jit_state(jitted).entry.hits() == [3, 2]
+
+
+def test_unknown_keyword_as_eager() -> None:
+    """A keyword the forward does not name goes to its **kwargs, as in eager (Hugging Face ignores it): the call
+    compiles with it. Calls Python cannot bind raise eager's TypeError, word for word."""
+    eager, eager_cache = _model_and_cache("llama", "cpu")
+    model, cache = _model_and_cache("llama", "cpu")
+    jitted = trident.jit(model)
+    with torch.no_grad():
+        for pos in range(2):
+            expected = eager(**_step_inputs(pos, "cpu"), past_key_values=eager_cache, not_a_parameter=pos)
+            result = jitted(**_step_inputs(pos, "cpu"), past_key_values=cache, not_a_parameter=pos)
+            _assert_same_output(result, expected, cache)
+        assert_native(jitted, hits=2, compiles=2)  # the int keyword is a constant, then symbolic
+        tokens = torch.tensor([[1]])
+        bad_calls: list[tuple[tuple[object, ...], dict[str, object]]] = [
+            ((tokens, tokens), {"input_ids": tokens}),  # a parameter given twice
+            ((tokens,) * 12, {}),  # too many positional arguments
+        ]
+        for args, kwargs in bad_calls:
+            with pytest.raises(TypeError) as eager_error:
+                eager(*args, **kwargs)
+            with pytest.raises(TypeError) as jitted_error:
+                jitted(*args, **kwargs)
+            assert str(jitted_error.value) == str(eager_error.value)
+
+
+@dataclasses.dataclass
+class Output:
+    total: torch.Tensor
+    scale: float
+    state: object = None
+
+
+class Options(nn.Module):
+    """A forward whose options only **kwargs receives, returning a dataclass, a named tuple and a dict."""
+
+    Pair = collections.namedtuple("Pair", ["first", "second"])
+
+    def forward(self, x: torch.Tensor, /, **options: Any) -> Any:
+        scale = options.get("scale", 2.0)
+        total = x * scale + options["shift"] if "shift" in options else x * scale
+        pair = Options.Pair(total.sum(), options.get("state"))
+        return {"out": Output(total, scale, options.get("state")), "pair": pair, "x": x}
+
+
+def test_kwargs_module_results() -> None:
+    """Dataclass, named tuple and dict results are built with eager's types and the objects passed in; a call
+    that omits a keyword it passed before runs what eager runs for it (a new specialization)."""
+    module = Options()
+    jitted = trident.jit(Options())
+    state = object()
+    x = torch.randn(4)
+    calls = [
+        {"scale": 3.0, "shift": x, "state": state},
+        {"scale": 3.0, "shift": x, "state": state},
+        {"scale": 3.0, "state": state},  # shift omitted
+        {"state": state},
+        {"scale": 3.0, "shift": x, "state": state},
+    ]
+    with torch.no_grad():
+        for options in calls:
+            expected, result = module(x, **options), jitted(x, **options)
+            assert type(result) is dict and list(result) == ["out", "pair", "x"]
+            assert type(result["out"]) is Output and type(result["pair"]) is Options.Pair
+            assert torch.equal(result["out"].total, expected["out"].total)
+            assert result["out"].scale == expected["out"].scale and result["out"].state is state
+            assert torch.equal(result["pair"].first, expected["pair"].first) and result["pair"].second is state
+            assert result["x"] is x
+    assert_native(jitted, hits=len(calls), compiles=3)
+    # A keyword with the name of a positional-only parameter goes to **kwargs in eager: such a call runs
+    # eagerly (the entry would bind it to the parameter).
+    with expect_fallback("names a positional-only parameter"):
+        result = jitted(x, x=1.0, state=state)
+    assert torch.equal(result["out"].total, module(x, x=1.0, state=state)["out"].total)
+
+
+def test_dataclass_inside_tuple() -> None:
+    """A built result below a tuple: the entry looks for it only in results headed so (a builder without type)."""
+
+    @trident.jit
+    def f(x: torch.Tensor, scale: float) -> tuple[Output, torch.Tensor]:
+        return Output(x * scale, scale), x
+
+    x = torch.randn(3)
+    with torch.no_grad():
+        for _ in range(3):
+            out, same = f(x, 2.0)
+            assert type(out) is Output and torch.equal(out.total, x * 2.0) and out.scale == 2.0 and out.state is None
+            assert same is x
+    assert_native(f, hits=3, compiles=1)
+
+
+def test_function_kwargs_compile_and_args_are_refused() -> None:
+    """**kwargs of a plain function: each keyword it receives is bound natively; a call without one passes the
+    function nothing for it (not the entry's not-passed marker). *args is refused with the reason."""
+
+    @trident.jit
+    def f(x: torch.Tensor, **options: object) -> torch.Tensor:
+        assert all(isinstance(v, (int, float)) for v in options.values()), options
+        return x * options.get("scale", 1.0) + len(options)
+
+    x = torch.randn(3)
+    with torch.no_grad():
+        for options in ({"scale": 2.0}, {"scale": 2.0}, {}, {"scale": 2.0, "bias": 1}, {}):
+            assert torch.equal(f(x, **options), x * options.get("scale", 1.0) + len(options))
+    state = jit_state(f)
+    assert state.eager_calls == 0 and sum(state.entry.hits()) == 5, trident.explain(f)
+
+    def g(x: torch.Tensor, *rest: object) -> torch.Tensor:
+        return x
+
+    with pytest.raises(exc.UnsupportedSignature, match=r"'rest' is \*rest; list the parameters explicitly"):
+        trident.jit(g)(torch.ones(2))
