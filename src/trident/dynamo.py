@@ -12,7 +12,11 @@ guards pass, then the entry's guards pick a specialization, with no Python frame
 Dynamo's contract holds because the graph is run as written: the entry returns what `forward` returns (the
 same tuple of outputs, tensors aliasing inputs where the graph's outputs do), and the graph's in-place ops on
 its inputs are captured and replayed in order. A graph Trident cannot capture or compile runs eagerly (the
-GraphModule itself) with one warning, as a jitted function does; strict mode raises instead.
+GraphModule itself) with one warning; strict mode raises instead. Unlike a jitted function, whose failure is
+remembered per guard set (a new size tries again), the whole graph is decided at its first failure: what Trident
+cannot compile in a graph is its code, which Dynamo has already fixed, not the sizes, so each new length of a
+growing cache would only capture, fail and warn again. The decision also outlives the graph: a Dynamo recompile
+that hands over the same code (same placeholders, same options) runs eagerly at once, without a warning.
 
 Dynamic shapes: what Dynamo made symbolic (SymInt / SymFloat inputs, symbolic sizes and storage offsets of its
 placeholders' fake values) starts symbolic in Trident too, instead of being a constant until it changes; the rest
@@ -123,6 +127,9 @@ def knob_overrides(options: Mapping[str, object] | None) -> dict[str, object]:
 # -- the graphs ------------------------------------------------------------------------------------------------
 _graphs: list[weakref.ref[JitFunction]] = []
 _graphs_lock = threading.Lock()
+# Graphs Trident could not compile, by _graph_key -> the reason (module docstring). Process-wide, as Dynamo's own
+# caches of code are: a recompile of the same frame hands over a new GraphModule with the same code.
+_uncompilable: dict[tuple[object, ...], str] = {}
 _options_lock = threading.RLock()  # misses of graphs with options: knobs are process-wide
 
 
@@ -154,6 +161,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object], *, mode:
     _LazyGraphModule.force_recompile(gm)
     cuda_graphs = changes.pop("cuda_graphs", None)  # set on the graph's entry, not read on its misses
     graph = _make_graph_function(gm, changes)
+    graph.key = _graph_key(gm, changes)
+    with _graphs_lock:
+        graph.eager_graph = _uncompilable.get(graph.key)
     if cuda_graphs is not None:
         graph.use_cuda_graphs(cuda_graphs)
     with _graphs_lock:
@@ -173,15 +183,41 @@ def _graph_function_class() -> type[JitFunction]:
     """GraphFunction, made at the first graph: the driver imports the compiler, which `import trident.dynamo`
     (torch's entry point, trident.dynamo.backend) must not pay for."""
     from .driver import JitFunction
+    from .eager import call_eagerly
+    from .fallback import report_fallback
 
     class GraphFunction(JitFunction):
-        """A Dynamo graph's JitFunction: its misses run under its torch.compile options."""
+        """A Dynamo graph's JitFunction: its misses run under its torch.compile options, and the first capture
+        or compile that fails decides the whole graph (module docstring)."""
 
         knob_changes: dict[str, object] = {}
+        key: tuple[object, ...] = ()
+        eager_graph: str | None = None  # why every miss runs eagerly, once decided
 
         def on_miss(self, *args: object, **kwargs: object) -> object:
-            with _knobs_set(self.knob_changes):
-                return super().on_miss(*args, **kwargs)
+            if self.eager_graph is not None:
+                # Decided: no capture, no warning (the failure warned once). Still reported: strict mode raises.
+                self.misses += 1
+                self.eager_calls += 1
+                report_fallback(self.name, self.eager_graph)
+                return call_eagerly(self.fn, args, kwargs)
+            failed_before = len(self.fallbacks)
+            try:
+                with _knobs_set(self.knob_changes):
+                    return super().on_miss(*args, **kwargs)
+            finally:
+                # A guard set remembered as eager is a capture or compile that failed (the driver warned and ran
+                # it eagerly, or raised in strict mode). Requires-grad and int64 calls run eagerly without one.
+                if len(self.fallbacks) > failed_before and self.eager_graph is None:
+                    self.eager_graph = self.eager_reason or "not compiled"
+                    with _graphs_lock:
+                        _uncompilable.setdefault(self.key, self.eager_graph)
+
+        def explain(self) -> str:
+            text = super().explain()
+            if self.eager_graph is None:
+                return text
+            return f"{text}\nevery miss of this graph runs eagerly, without capturing again: {self.eager_graph}"
 
     return GraphFunction
 
@@ -215,6 +251,20 @@ def dynamic_from_graph(gm: torch.fx.GraphModule):  # noqa: ANN201 -- capture.tra
             if not is_concrete_int(value.storage_offset()):
                 offsets.add((i, ()))
     return Dynamism(sizes=frozenset(sizes), ints=frozenset(ints), floats=frozenset(floats), offsets=frozenset(offsets))
+
+
+def _graph_key(gm: torch.fx.GraphModule, changes: Mapping[str, object]) -> tuple[object, ...]:
+    """What decides whether Trident compiles a graph: its code, what each placeholder holds (kind, dtype, device,
+    sizes, concrete or by symbol name, which Dynamo derives from the source and so keeps across recompiles) and
+    the options its misses run under."""
+    placeholders = []
+    for node in gm.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.Tensor):
+            placeholders.append((value.dtype, str(value.device), tuple(map(str, value.shape)), value.requires_grad))
+        else:
+            placeholders.append(type(value).__name__)
+    return gm.code, tuple(placeholders), tuple(sorted((k, repr(v)) for k, v in changes.items()))
 
 
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\S+)')

@@ -7,6 +7,7 @@ made, in order; in-place ops and views keep their aliasing (lowering calls the s
 Python's scalar builtins on symbolic values that torch-mlir does not map (pow, true division, float
 arithmetic, math.floor, torch.sym_float, ...) import as `torch.operator "trident.scalar.<fn>"` with the result's
 Python type (!torch.int / !torch.float / !torch.bool); lowering/symbolic_ints.py gives them Python's semantics.
+torch.sym_sum of ints imports as the torch.aten.add.int chain that `a + b + ...` imports as.
 
 Dtypes and layouts are Trident's to number: compiled code hands such an argument to ATen as the int the IR holds,
 which must be its c10::ScalarType or c10::Layout. torch-mlir's importer numbers complex dtypes and sparse layouts
@@ -37,6 +38,7 @@ from ..capture.triton_launches import Operand, RecordedLaunch
 MAIN = "main"
 LAUNCH_OP_PREFIX = "trident.triton_launch."
 SCALAR_OP_PREFIX = "trident.scalar."  # Python's scalar builtins on symbolic values: trident.scalar.<fn>
+SYM_SUM = "sym_sum"  # torch.sym_sum's mark while importing (it imports as aten.add.int, never as trident.scalar)
 
 
 class _ScalarOp(HigherOrderOperator):
@@ -95,6 +97,9 @@ class TridentNodeImporter(GraphNodeImporter):
     def _import_hop_trident_scalar(self, loc: ir.Location, node: torch.fx.Node, hop: object) -> None:
         name, *args = node.args
         values = [self._import_argument(loc, a) for a in args]
+        if name == SYM_SUM:
+            self.bind_node_value(node, _int_sum(values, loc))
+            return
         result_type = ir.Type.parse(f"!torch.{scalar_kind(node.meta['val'])}", loc.context)
         op = _emit_operation(f"{SCALAR_OP_PREFIX}{name}", result_types=[result_type], operands=values, loc=loc)
         self.bind_node_value(node, op.result)
@@ -110,11 +115,40 @@ def _scalar_ops_marked(graph: torch.fx.Graph) -> Iterator[None]:
         if name is not None:
             marked.append((node, node.target, node.args))
             node.target, node.args = _SCALAR_OP, (name, *node.args)
+        elif _is_int_sym_sum(node):
+            marked.append((node, node.target, node.args))
+            node.target, node.args = _SCALAR_OP, (SYM_SUM, *_sym_sum_operands(node))
     try:
         yield
     finally:
         for node, target, args in marked:
             node.target, node.args = target, args
+
+
+# torch.sym_sum([a, b, ...]) on SymInts: Dynamo emits it for sums of sizes (a DynamicCache's length + the new
+# tokens), and torch-mlir's importer has no mapping for it. It is a + b + ... on Python ints, so it imports as the
+# chain of torch.aten.add.int that `a + b` imports as, and the host program lowers it as it lowers those (checked
+# i64 adds). Only all-int sums: sym_sum of anything else is builtins.sum, which records no sym_sum node.
+def _sym_sum_operands(node: torch.fx.Node) -> tuple[object, ...]:
+    """The ints summed: capture's make_fx records `sym_sum([a, b, c])` also for a call `sym_sum(a, b, c)`."""
+    return tuple(node.args[0])
+
+
+def _is_int_sym_sum(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target is not torch.sym_sum or node.kwargs:
+        return False
+    if len(node.args) != 1 or not isinstance(node.args[0], (list, tuple)):
+        return False
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in _sym_sum_operands(node)]
+    return bool(vals) and all(scalar_kind(v) == "int" for v in [node.meta.get("val"), *vals])
+
+
+def _int_sum(values: list[ir.Value], loc: ir.Location) -> ir.Value:
+    total = values[0]
+    int_type = ir.Type.parse("!torch.int", loc.context)
+    for value in values[1:]:
+        total = _emit_operation("torch.aten.add.int", result_types=[int_type], operands=[total, value], loc=loc).result
+    return total
 
 
 def _operand_kind(value: object) -> str:
