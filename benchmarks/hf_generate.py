@@ -1,0 +1,187 @@
+"""Hugging Face `generate()` through each way a user can run it, in one process: ms per new token and whether the
+greedy tokens equal eager's.
+
+    python benchmarks/hf_generate.py [--model llama-1b|tiny] [--batch 1,8] [--cache static,dynamic]
+                                     [--tokens 64] [--rounds 3] [--out results.json]
+
+Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
+  eager        generate(..., disable_compile=True): HF otherwise compiles the forward itself on CUDA
+  hf_compiled  generate(...) as HF ships it (static cache on CUDA: inductor, reduce-overhead); dynamic cache: eager
+  backend      generate(..., compile_config=CompileConfig(backend=trident.dynamo.backend, mode=None)) for the
+               static cache; `model.forward = torch.compile(model.forward, backend="trident")` for the dynamic one
+  trident_jit  trident.jit(model).generate(..., disable_compile=True); static: with one StaticCache of its own,
+               reset before each generate (passed as past_key_values)
+ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after one
+warm-up generate (which compiles). Prints a table and writes JSON with the machine and versions.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+MODELS = {  # Llama-3.2-1B's shape; tiny: a CPU smoke size
+    "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=2048,
+                     tie_word_embeddings=True),
+    "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
+}
+SYSTEMS = ("eager", "hf_compiled", "backend", "trident_jit")
+MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt + new tokens at most
+
+
+def build_model(name: str, device: torch.device) -> Any:
+    import transformers
+
+    config = transformers.LlamaConfig(**MODELS[name])
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+
+
+def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[torch.Tensor, int], torch.Tensor]]:
+    """`model` made ready for `system` (jitted, or its forward compiled), and how it generates `n` tokens."""
+    import transformers
+
+    import trident
+
+    kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0}
+    own_cache = None
+    if cache == "static" and system == "trident_jit":
+        # generate() makes a new StaticCache per call; trident.jit guards the cache object by identity, so each
+        # would compile anew. The way to use it: one cache of your own, reset before each generate.
+        own_cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    elif cache == "static":
+        kwargs["cache_implementation"] = "static"
+    ready = model
+    if system == "trident_jit":
+        ready = trident.jit(model)
+    elif system == "backend" and cache == "dynamic":
+        model.forward = torch.compile(model.forward, backend=trident.dynamo.backend)
+
+    def run(ids: torch.Tensor, n: int) -> torch.Tensor:
+        extra: dict[str, Any] = {}
+        if system in ("eager", "trident_jit"):
+            extra["disable_compile"] = True
+        elif system == "backend" and cache == "static":
+            extra["compile_config"] = transformers.CompileConfig(backend=trident.dynamo.backend, mode=None)
+        elif system == "backend":
+            extra["disable_compile"] = True  # compiled by torch.compile(model.forward) already
+        if own_cache is not None:
+            own_cache.reset()
+            extra["past_key_values"] = own_cache
+        return ready.generate(ids, max_new_tokens=n, min_new_tokens=n, **kwargs, **extra)
+
+    return ready, run
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, out
+
+
+def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    import trident
+
+    cells = []
+    for cache in args.cache.split(","):
+        for batch in (int(b) for b in args.batch.split(",")):
+            ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
+            reference = None
+            for system in SYSTEMS:
+                cell: dict[str, Any] = {"model": args.model, "cache": cache, "batch": batch, "system": system}
+                try:
+                    model = build_model(args.model, device)
+                    ready, run = generate_fn(system, cache, model)
+                    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
+                        rounds = []
+                        for _ in range(args.rounds):
+                            t_n, tokens = timed(lambda: run(ids, args.tokens), device)
+                            t_1, _ = timed(lambda: run(ids, 1), device)
+                            rounds.append((t_n - t_1) / (args.tokens - 1) * 1e3)
+                    if system == "eager":
+                        reference = tokens
+                    cell.update(status="ok", ms_per_token=statistics.median(rounds), rounds=rounds,
+                                first_generate_s=t_warm,
+                                tokens_equal_eager=None if reference is None else bool(torch.equal(tokens, reference)),
+                                trident_warnings=sorted({str(w.message)[:300] for w in caught
+                                                         if str(w.message).startswith("trident:")}))
+                    if system == "trident_jit":
+                        cell["explain"] = trident.explain(ready)[:4000]
+                except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
+                    cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
+                cells.append(cell)
+                print(json.dumps({k: v for k, v in cell.items() if k != "explain"}), flush=True)
+                model = ready = run = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return cells
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    import transformers
+    import triton
+
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+            "transformers": transformers.__version__, "cpu_count": __import__("os").cpu_count()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def table(cells: list[dict[str, Any]]) -> str:
+    lines = ["| cache | batch | system | ms/token | / eager | / hf_compiled | tokens = eager | status |",
+             "|---|---|---|---|---|---|---|---|"]
+    for cell in cells:
+        same = [c for c in cells if c["cache"] == cell["cache"] and c["batch"] == cell["batch"] and c["status"] == "ok"]
+        base = {c["system"]: c["ms_per_token"] for c in same}
+        ms = cell.get("ms_per_token")
+        ratio = lambda b: f"{ms / base[b]:.2f}x" if ms and base.get(b) else "-"  # noqa: E731
+        lines.append(f"| {cell['cache']} | {cell['batch']} | {cell['system']} | {ms:.2f} | {ratio('eager')} | "
+                     f"{ratio('hf_compiled')} | {cell.get('tokens_equal_eager')} | {cell['status']} |"
+                     if ms is not None else
+                     f"| {cell['cache']} | {cell['batch']} | {cell['system']} | - | - | - | - | {cell.get('error', '')[:80]} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="llama-1b" if torch.cuda.is_available() else "tiny", choices=sorted(MODELS))
+    p.add_argument("--batch", default="1")
+    p.add_argument("--cache", default="static,dynamic")
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    info = machine(device)
+    print(json.dumps(info), flush=True)
+    cells = measure(args, device)
+    print(table(cells))
+    if args.out:
+        args.out.write_text(json.dumps({"machine": info, "argv": sys.argv[1:], "cells": cells}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
