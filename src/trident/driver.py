@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import re
 import struct
 import threading
 import time
@@ -54,6 +55,7 @@ _entry_lock = threading.RLock()  # making entries (and building the runtime) onc
 # before such calls run eagerly without capturing: a lazy cache does it once per cache object, a function that
 # assigns a traced value on every call (a growing DynamicCache) would capture every call.
 _PYTHON_STATE_CAPTURES = 4
+_IR_FILE = re.compile(r"the IR given to that stage is in \S+")
 
 
 def runtime_loaded() -> bool:
@@ -144,6 +146,7 @@ class JitFunction:
         # identity (_objects_key), and the eager reason of a structure once there were too many of them.
         self._python_state_captures: collections.Counter[object] = collections.Counter()
         self._assigns_python_state: dict[object, str] = {}
+        self._uncompilable: dict[object, str] = {}  # call structure (_objects_key) -> why its compile failed
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -294,10 +297,11 @@ class JitFunction:
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
                 )
-        if self._assigns_python_state:
-            assigns = self._assigns_python_state.get(_objects_key(facts))
-            if assigns is not None:
-                return assigns
+        if self._assigns_python_state or self._uncompilable:
+            key = _objects_key(facts)
+            decided = self._assigns_python_state.get(key) or self._uncompilable.get(key)
+            if decided is not None:
+                return decided
         if torch.is_grad_enabled():
             if self._constants_require_grad:
                 return self._constants_require_grad
@@ -329,8 +333,9 @@ class JitFunction:
         self.eager_calls += 1
         self.eager_reason = reason
         report_fallback(self.name, reason)  # strict mode (tests) raises here
-        if reason not in self._warned:
-            self._warned.add(reason)
+        once = _IR_FILE.sub("the IR given to that stage is in a file", reason)  # a new file per failed compile
+        if once not in self._warned:
+            self._warned.add(once)
             warnings.warn(f"trident: {reason}", stacklevel=user_stacklevel())  # the user's line that called
         return call_eagerly(self.fn, args, kwargs)
 
@@ -409,12 +414,17 @@ class JitFunction:
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
             # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
             # file the message names) or an argument it cannot pass natively never reaches a user whose program
-            # eager runs. Remembered for this guard set; other inputs still get their own attempt.
+            # eager runs. Decided once for every call of this structure (the same objects, tensors of the same
+            # dtype, device and rank): another size or int value would capture and fail the same way again (a
+            # decode loop would pay a capture per step); other dtypes or objects still get their own attempt.
             reachable.restore()  # the eager run makes the capture's Python side effects once
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
             what = details or type(e).__name__
-            self._remember_eager(facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly")
+            reason = self._remember_eager(
+                facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
+            )
+            self._uncompilable[_objects_key(facts)] = reason
             return None, None
         spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
                              time.perf_counter() - start)

@@ -154,6 +154,30 @@ def test_lowering_error_runs_eagerly_and_is_remembered(monkeypatch: pytest.Monke
     assert "at stage 'llvm'" in trident.explain(f)
 
 
+def test_lowering_error_is_decided_once_for_the_structure(monkeypatch: pytest.MonkeyPatch, captures: list[int]) -> None:
+    """A compile that fails fails again for other sizes and int values of the same call structure: a decode loop
+    whose step cannot compile captures once, warns once and runs eagerly; another dtype gets its own attempt."""
+    from trident.lowering import pipeline
+
+    def fn(x, pos):  # type: ignore[no-untyped-def]
+        return x[:, : pos + 1].sum(-1) * 2
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("injected llvm failure")
+
+    f = trident.jit(fn)
+    monkeypatch.setattr(pipeline, "lower_to_llvm", failing)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as records, expect_fallback("injected llvm failure"):
+        warnings.simplefilter("always")
+        for n in range(3, 8):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(f(x, n - 2), fn(x, n - 2), rtol=0, atol=0)
+        assert len(captures) == 1 and len(trident_warnings(records)) == 1, trident_warnings(records)
+        x = torch.randn(2, 4, dtype=torch.float64)
+        torch.testing.assert_close(f(x, 1), fn(x, 1), rtol=0, atol=0)
+    assert len(captures) == 2 and f._trident.eager_calls == 6  # type: ignore[attr-defined]
+
+
 SPARSE = torch.eye(3).to_sparse()
 
 
