@@ -17,7 +17,7 @@ from torch import nn
 
 import trident
 from trident import exc
-from trident.testing import expect_fallback
+from trident.testing import allow_fallback, count_compiles, expect_fallback
 
 transformers = pytest.importorskip("transformers")
 
@@ -236,3 +236,56 @@ def test_function_kwargs_compile_and_args_are_refused() -> None:
 
     with pytest.raises(exc.UnsupportedSignature, match=r"'rest' is \*rest; list the parameters explicitly"):
         trident.jit(g)(torch.ones(2))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_generate_on_the_jitted_model_with_its_own_static_cache(family: str) -> None:
+    """model.generate() on trident.jit(model), unchanged, with one StaticCache of the user's, reset before each
+    generate: greedy tokens equal eager's; the decode steps run natively; compiles do not grow with the number of
+    new tokens or of generate calls. The prefill runs eagerly: first because it allocates the cache's tensors
+    (lazily, for real), then because HF reads the cache's position in Python there (masking_utils)."""
+    config, cls, _, _ = _config(family)
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    jitted = trident.jit(model)
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    ids = torch.tensor([[3, 17, 42]])
+    kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "disable_compile": True}
+    with torch.no_grad(), allow_fallback() as fallbacks:
+        compiles_after = []
+        with count_compiles() as compiles:
+            for new_tokens in (4, 9, 9):
+                expected = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs)
+                cache.reset()
+                actual = jitted.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                         past_key_values=cache, **kwargs)
+                assert torch.equal(actual, expected), (new_tokens, actual, expected)
+                compiles_after.append(compiles())
+    state = jit_state(jitted)
+    # The decode step's specializations are made in the first two generates; the third compiles nothing.
+    assert compiles_after[1] == compiles_after[2] <= 3, (compiles_after, trident.explain(jitted))
+    # Every call of the three generates (a prefill and n - 1 decode steps each) ran natively, but the prefills.
+    calls = (1 + 3) + (1 + 8) * 2
+    assert 1 <= state.eager_calls <= 3 and sum(state.entry.hits()) + state.eager_calls == calls, trident.explain(jitted)
+    assert len(fallbacks) == state.eager_calls and "assigned traced values" in fallbacks[0].reason, fallbacks
+    assert all("assigned traced values" in e.reason or "bool(tensor)" in e.reason for e in fallbacks), fallbacks
+
+
+def test_dict_arguments_are_walked_like_tuples() -> None:
+    """A dict with str keys (generate passes Qwen2's masks per layer type so) is an argument structure, not an
+    object: new dicts of the same keys hit, their tensors read at each call; other keys or key order miss."""
+
+    @trident.jit
+    def f(masks: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return x * masks["full"] + masks["sliding"]
+
+    x = torch.randn(4)
+    calls = [{"full": torch.randn(4), "sliding": torch.randn(4)} for _ in range(3)]
+    calls += [{"sliding": torch.randn(4), "full": torch.randn(4)}, {"full": torch.randn(4), "sliding": torch.randn(4)}]
+    with torch.no_grad(), count_compiles() as compiles:
+        for masks in calls:
+            assert torch.equal(f(dict(masks), x), x * masks["full"] + masks["sliding"])
+    assert_native(f, hits=len(calls), compiles=2)  # the second key order is a structure of its own
+    assert compiles() == 2 and jit_state(f).entry.hits() == [4, 1], trident.explain(f)
+    assert "masks: dict with keys ['full', 'sliding']" in trident.explain(f)
+    assert "keys mismatch: expected ['full', 'sliding'], got ['sliding', 'full']" in jit_state(f).last_miss_reason

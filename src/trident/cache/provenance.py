@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..capture.inputs import CallFacts, LeafKind
+from ..capture.inputs import CallFacts, LeafKind, item_at
 from .fingerprint import StateWalk, nested_codes
 
 Root = tuple[Any, ...]
@@ -82,9 +82,9 @@ def resolve_root(root: Root, fn: Callable[..., object], values: Sequence[object]
     if kind == "argument":
         value: object = values[root[1]] if root[1] < len(values) else _MISSING
         for i in root[2]:
-            if type(value) not in (tuple, list) or i >= len(value):  # type: ignore[arg-type]
+            if type(value) not in (tuple, list, dict) or i >= len(value):  # type: ignore[arg-type]
                 return _MISSING
-            value = value[i]  # type: ignore[index]
+            value = item_at(value, i)
         return value
     if kind == "module":
         module = sys.modules.get(root[1])

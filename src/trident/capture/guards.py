@@ -19,7 +19,7 @@ import torch
 
 from .. import abi
 from .constant_views import byte_distance
-from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify
+from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, item_at
 from .python_kernels import KernelVersions, Report
 from .trace import Trace
 
@@ -31,6 +31,8 @@ class SequenceGuard:
     fact: SequenceFact
 
     def describe(self) -> str:
+        if self.fact.kind == abi.SEQ_DICT:
+            return f"{self.fact.path.name}: dict with keys {list(self.fact.keys)}"
         kind = "tuple" if self.fact.kind == abi.SEQ_TUPLE else "list"
         return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
 
@@ -473,7 +475,7 @@ def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[objec
         return constants[path.items[0]]
     value = args[path.param]
     for i in path.items:
-        value = value[i]  # type: ignore[index]
+        value = item_at(value, i)
     return value
 
 
@@ -493,9 +495,11 @@ def first_failure(
             value = leaf_value(g.fact.path, args, constants)
         except (IndexError, TypeError):
             return f"argument '{g.fact.path.name}': missing"
-        kind = "tuple" if g.fact.kind == abi.SEQ_TUPLE else "list"
+        kind = {abi.SEQ_TUPLE: "tuple", abi.SEQ_LIST: "list", abi.SEQ_DICT: "dict"}[g.fact.kind]
         if type(value).__name__ != kind:
             return f"argument '{g.fact.path.name}': expected a {kind}, got {type(value).__name__}"
+        if g.fact.kind == abi.SEQ_DICT and tuple(value) != g.fact.keys:  # type: ignore[arg-type]
+            return f"argument '{g.fact.path.name}': keys mismatch: expected {list(g.fact.keys)}, got {list(value)}"  # type: ignore[arg-type]
         if len(value) != g.fact.length:  # type: ignore[arg-type]
             return f"argument '{g.fact.path.name}': length mismatch: expected {g.fact.length}, got {len(value)}"  # type: ignore[arg-type]
     for tg in guards.tensors:

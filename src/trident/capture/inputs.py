@@ -1,7 +1,8 @@
 """Describe a call's arguments as flat leaves with paths: what guards check and what the trace receives.
 
-A leaf is a tensor, an int, a float, a bool, None, or any other object (guarded by identity). Tuples and
-lists (exact types) are walked; their kind and length become guards themselves.
+A leaf is a tensor, an int, a float, a bool, None, or any other object (guarded by identity). Tuples, lists and
+dicts with str keys (exact types) are walked; their kind and length (a dict's keys, in order) become guards
+themselves. A dict's items are addressed by position, as Python iterates it.
 """
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ class LeafPath:
 @dataclasses.dataclass(frozen=True)
 class SequenceFact:
     path: LeafPath
-    kind: int  # abi.SEQ_TUPLE or abi.SEQ_LIST
+    kind: int  # abi.SEQ_TUPLE, abi.SEQ_LIST or abi.SEQ_DICT
     length: int
+    keys: tuple[str, ...] = ()  # a dict's keys in order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,12 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
     sequences: list[SequenceFact] = []
 
     def walk(value: object, path: LeafPath) -> None:
+        if _is_argument_dict(value):
+            keys = tuple(value)  # type: ignore[arg-type]
+            sequences.append(SequenceFact(path, abi.SEQ_DICT, len(keys), keys))
+            for i, (key, item) in enumerate(value.items()):  # type: ignore[attr-defined]
+                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{key!r}]"))
+            return
         if type(value) in (tuple, list):
             kind = abi.SEQ_TUPLE if type(value) is tuple else abi.SEQ_LIST
             sequences.append(SequenceFact(path, kind, len(value)))  # type: ignore[arg-type]
@@ -148,6 +156,8 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
 def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]) -> list[object]:
     """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`)."""
     def build(value: object, path: LeafPath) -> object:
+        if _is_argument_dict(value):
+            return {k: build(v, LeafPath(path.param, path.items + (i,), "")) for i, (k, v) in enumerate(value.items())}  # type: ignore[attr-defined]
         if type(value) in (tuple, list):
             items = [build(item, LeafPath(path.param, path.items + (i,), "")) for i, item in enumerate(value)]  # type: ignore[arg-type]
             return tuple(items) if type(value) is tuple else items
@@ -155,6 +165,18 @@ def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: S
 
     by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
     return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
+
+
+def _is_argument_dict(value: object) -> bool:
+    """A dict walked like a tuple (Hugging Face passes per-layer-type attention masks so): exactly a dict, str keys."""
+    return type(value) is dict and all(type(k) is str for k in value)  # type: ignore[union-attr]
+
+
+def item_at(container: object, index: int) -> object:
+    """The item a leaf path's step `index` names: a tuple's or list's item, a dict's value at that position."""
+    if type(container) is dict:
+        return list(container.values())[index]  # type: ignore[union-attr]
+    return container[index]  # type: ignore[index]
 
 
 def _key(path: LeafPath) -> tuple[int, tuple[int, ...]]:

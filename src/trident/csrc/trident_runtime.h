@@ -149,10 +149,11 @@ TRIDENT_API int32_t trident_read_float(PyObject* obj, double* out);
 TRIDENT_API int32_t trident_read_bool(PyObject* obj, int64_t* out);
 /* 1 if obj is None. */
 TRIDENT_API int32_t trident_is_none(PyObject* obj);
-/* 1 if obj is exactly a tuple (kind TRIDENT_SEQ_TUPLE) or list (TRIDENT_SEQ_LIST) of exactly `length` items;
- * else 0. */
+/* 1 if obj is exactly a tuple (kind TRIDENT_SEQ_TUPLE), list (TRIDENT_SEQ_LIST) or dict (TRIDENT_SEQ_DICT; its
+ * keys are checked by trident_dict_keys_are) of exactly `length` items; else 0. */
 TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length);
-/* Borrowed item `index` of a tuple or list already checked by trident_check_sequence. */
+/* Borrowed item `index` of a tuple or list, or the value at position `index` of a dict, already checked by
+ * trident_check_sequence. */
 TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
 
 /* Borrowed value of `name` (a str) in obj's instance __dict__ (descriptors and __getattr__ are not consulted, so
@@ -166,6 +167,7 @@ TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
 
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2
+#define TRIDENT_SEQ_DICT 3 /* an argument dict with str keys: its keys, in order, are guarded like a length */
 
 /* Process-wide state a specialization depends on, packed into the TRIDENT_STATE_* fields below (-1 if it
  * cannot be read, which matches no compiled state). */

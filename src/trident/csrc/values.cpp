@@ -44,12 +44,20 @@ TRIDENT_API int32_t trident_is_none(PyObject* obj) { return obj == Py_None ? 1 :
 TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length) {
   if (kind == TRIDENT_SEQ_TUPLE) return PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == length;
   if (kind == TRIDENT_SEQ_LIST) return PyList_CheckExact(obj) && PyList_GET_SIZE(obj) == length;
+  if (kind == TRIDENT_SEQ_DICT) return PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) == length;
   return 0;
 }
 
 TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
   // Checked by trident_check_sequence first, so the exact type tells which macro applies.
-  return PyTuple_CheckExact(obj) ? PyTuple_GET_ITEM(obj, index) : PyList_GET_ITEM(obj, index);
+  if (PyTuple_CheckExact(obj)) return PyTuple_GET_ITEM(obj, index);
+  if (PyList_CheckExact(obj)) return PyList_GET_ITEM(obj, index);
+  Py_ssize_t position = 0;  // a dict: its value at `index` in insertion order (argument dicts are small)
+  PyObject *key, *value = nullptr;
+  for (int64_t i = 0; i <= index; ++i) {
+    if (!PyDict_Next(obj, &position, &key, &value)) return nullptr;
+  }
+  return value;
 }
 
 TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name) {

@@ -52,6 +52,10 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
         ok = fb.call(abi.CHECK_SEQUENCE, [access.object(sg.fact.path), fb.const(sg.fact.kind), fb.const(sg.fact.length)])
         assert ok is not None
         fb.check_nonzero(ok)
+        if sg.fact.kind == abi.SEQ_DICT:  # its keys, in order: they decide which value each position holds
+            same = fb.call(abi.DICT_KEYS_ARE, [access.object(sg.fact.path), access.constant(pool.add(sg.fact.keys))])
+            assert same is not None
+            fb.check_nonzero(same)
 
     # Scalars and identities before tensors: a specialization for another value of an int (a position compiled
     # at 0 before it became symbolic) then misses at once, not after reading every tensor of the call.
