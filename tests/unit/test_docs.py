@@ -1,4 +1,4 @@
-"""The README and the docs say what is true: the knob table names exactly the knobs Trident reads, the example
+"""The README and the docs say what is true: the knob table is the one knobs.py's declarations make, the example
 runs natively, the results table is the raw result it names, every file the docs point at exists, and pyproject
 points only at files inside the repository."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from helpers_native import assert_native
+from trident.knobs import KNOB_DOCS, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -33,12 +34,20 @@ def _table_rows(section: str) -> list[list[str]]:
     return rows
 
 
-def test_readme_knob_table_names_exactly_the_knobs_trident_reads() -> None:
-    documented = {re.match(r"`(TRIDENT_\w+)", row[0]).group(1) for row in _table_rows(_section(README.read_text(), "Knobs"))[1:]}
-    # knobs.py is the one module that reads the environment: every TRIDENT_* name it spells is a knob.
+def test_readme_knob_table_is_the_table_the_declarations_make() -> None:
+    """knobs.py declares each knob once; the README's table is what users read, so it must be that table exactly
+    (to change a knob's text, change its declaration and paste knobs.markdown_table() here)."""
+    section = _section(README.read_text(), "Knobs")
+    table = markdown_table()
+    assert _table_rows(section) == _table_rows(table), "README's knob table differs from knobs.markdown_table()"
+    assert table in section, "README's knob table is not spelled as knobs.markdown_table() spells it"
+
+
+def test_knobs_py_spells_only_declared_variables() -> None:
+    # knobs.py is the one module that reads the environment: every TRIDENT_* name it spells is a declared knob.
     read = set(re.findall(r"\"(TRIDENT_[A-Z0-9_]+)\"", (ROOT / "src" / "trident" / "knobs.py").read_text()))
     assert len(read) >= 10, read
-    assert documented == read, f"undocumented: {sorted(read - documented)}; not a knob: {sorted(documented - read)}"
+    assert read == set(KNOB_DOCS), f"spelled, not declared: {sorted(read - set(KNOB_DOCS))}"
 
 
 def test_readme_example_runs_natively() -> None:

@@ -25,6 +25,7 @@ import torch
 
 from ..capture.inputs import CallFacts
 from ..capture.trace import Dynamism
+from ..knobs import CompileOptions
 from .fingerprint import code_digest
 from .provenance import function_parts
 from .versions import device_facts, environment
@@ -79,14 +80,9 @@ def lookup_key(
     return hashlib.blake2b(repr(parts).encode(), digest_size=20).hexdigest()
 
 
-def compiled_knobs() -> tuple[tuple[str, object], ...]:
-    """The knobs that change what a compile produces (what capture traces into, which entries the lowering calls,
-    whether allocations are pooled, whether a replay plan is lowered): a record made under other values is not
-    what this process would compile."""
-    from ..knobs import knobs
-
-    return (
-        ("see_through", knobs.see_through), ("opaque_ops", tuple(sorted(knobs.opaque_ops))),
-        ("private_views", knobs.private_views), ("pooled", knobs.buffer_pool_mb > 0),
-        ("replay_plan", knobs.replay_plan and knobs.cuda_graphs),
-    )  # fmt: skip
+def compiled_knobs(options: CompileOptions | None = None) -> tuple[tuple[str, object], ...]:
+    """The knobs that change what a compile produces, with what of each the compile depends on (what capture
+    traces into, which entries the lowering calls, whether allocations are pooled, whether a replay plan is
+    lowered): a record made under other values is not what this process would compile. The list is the knobs
+    declared `compiles=True` (knobs.py); the values are the options a compile reads (default: the knobs now)."""
+    return (CompileOptions.current() if options is None else options).key()

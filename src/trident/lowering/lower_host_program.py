@@ -29,7 +29,6 @@ from ..capture.inputs import LeafPath
 from ..capture.trace import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
-from ..knobs import knobs
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view, op_schema
@@ -156,6 +155,7 @@ class HostProgramLowering:
         ops: OpTable,
         launches: Sequence[object] = (),
         pool_allocations: bool = False,
+        private_views: bool = True,
     ) -> None:
         self.fb = FunctionBuilder(module, name, self.PARAMS, abi.RUN_RESULT, fail_value=abi.ERROR)
         self.access = LeafAccess(self.fb, "%ctx", "%slots")
@@ -170,6 +170,7 @@ class HostProgramLowering:
         self._ops_base: str | None = None
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
         self.pool_allocations = pool_allocations  # False: no allocation goes through a BufferPool
+        self.private_views = private_views  # False: views of the call's own intermediates go through autograd
         self.buffer_pool: BufferPoolSlot | None = None  # the slot of the pooled allocations' BufferPool
 
     # -- driver ---------------------------------------------------------------------------------------------
@@ -419,7 +420,7 @@ class HostProgramLowering:
         args = self._encode_operands(op, wrapped)
         n_rets = sum(_result_count(op, r) for r in op.results)
         rets = fb.alloca(n_rets, PTR, "rets")
-        private = knobs.private_views and is_private_view(op, aten_name)
+        private = self.private_views and is_private_view(op, aten_name)
         typed = typed_symbol(name, overload, len(op.operands), below_autograd=private)
         if typed is not None and private:
             self.aten_calls[-1] += PRIVATE_VIEW

@@ -6,6 +6,9 @@
 The result is an Artifact (trident/artifact.py): the code and its context slots, no runtime objects; the
 driver instantiates it (runtime/specialization.py).
 
+The knobs a compile reads are read once, when it starts (knobs.CompileOptions), and handed to the passes as
+values: no pass reads the process-wide knobs.
+
 Each stage's IR can be written to TRIDENT_DUMP_IR; a failing stage writes the IR it was given and says how
 to replay it.
 """
@@ -27,7 +30,7 @@ from ..capture.inputs import CallFacts, LeafKind
 from ..capture.trace import Trace
 from ..ir.fx_import import MAIN, import_graph, new_context
 from ..ir.mlir_text import ModuleBuilder
-from ..knobs import knobs
+from ..knobs import CompileOptions
 from .leaf_access import ConstantPool
 from .lower_guards import lower_guards
 from .lower_host_program import HostProgramLowering, OpTable, PlaceholderSource
@@ -49,8 +52,13 @@ def placeholder_sources(trace: Trace, facts: CallFacts) -> list[PlaceholderSourc
 
 
 def compile_specialization(
-    name: str, index: int, trace: Trace, facts: CallFacts, guards: GuardSet, runtime_library: str
+    name: str, index: int, trace: Trace, facts: CallFacts, guards: GuardSet, runtime_library: str,
+    options: CompileOptions | None = None,
 ) -> Artifact:
+    """`options`: the knobs this compile reads, once, here (default: as they are now); the passes get them as
+    values. The disk cache's key holds the same options' key() (cache/key.py)."""
+    options = CompileOptions.current() if options is None else options
+    dump_ir = options.dump_ir
     stages: dict[str, str] = {}
     context = new_context()
     guard_symbol, run_symbol = f"trident_guard_{index}", f"trident_run_{index}"
@@ -61,14 +69,14 @@ def compile_specialization(
         except exc.UnsupportedConstruct:
             raise
         except Exception as e:
-            raise _stage_failure(name, index, stage_name, given, e) from e
+            raise _stage_failure(name, index, stage_name, given, e, dump_ir) from e
         return result
 
     torch_module, launches = stage(  # type: ignore[misc]
         "import", lambda: import_graph(trace.graph_module.graph, context), trace.graph_module.code
     )
     stages["torch"] = str(torch_module)
-    _dump(name, index, "torch", stages["torch"])
+    _dump(name, index, "torch", stages["torch"], dump_ir)
 
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
@@ -82,11 +90,11 @@ def compile_specialization(
         input_paths = [leaf.path for leaf in facts.leaves]
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
-            launches, pool_allocations=knobs.buffer_pool_mb > 0,
+            launches, pool_allocations=options.pool_allocations, private_views=options.private_views,
         )
         host.run()
         aten_calls.extend(host.aten_calls)
-        if not (knobs.cuda_graphs and knobs.replay_plan):
+        if not options.lowers_replay_plan:
             pass  # plan[0] says the knobs turned it off
         elif not replays_as_graph(facts):
             plan[0] = "no CUDA tensor among the arguments: never replayed as a CUDA graph"
@@ -96,24 +104,24 @@ def compile_specialization(
             try:
                 plan[0] = lower_replay_plan(
                     builder, f"trident_replay_words_{index}", main, sources, trace.outputs, input_paths, pool, ops,
-                    launches, knobs.buffer_pool_mb > 0, static,
+                    launches, options.pool_allocations, static, private_views=options.private_views,
                 )  # fmt: skip
             except Exception as e:  # noqa: BLE001 - a bug of the optional plan must not cost the program its compile
-                if knobs.strict:
+                if options.strict:
                     raise  # tests: a bug is a failure (the module gains a function only when one is finished)
                 plan[0] = f"lowering it failed ({type(e).__name__}: {e}); replays run the host program"
                 log.warning("trident: %s: no replay plan for specialization %d: %s", name, index, plan[0])
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
-    _dump(name, index, "lowered", stages["lowered"])
+    _dump(name, index, "lowered", stages["lowered"], dump_ir)
     llvm_module = stage("llvm", lambda: lower_to_llvm(stages["lowered"], context), stages["lowered"])
     stages["llvm"] = str(llvm_module)
-    _dump(name, index, "llvm", stages["llvm"])
+    _dump(name, index, "llvm", stages["llvm"], dump_ir)
 
     def jit() -> Artifact:
         # keep_object: the disk cache (trident.cache) persists the generated object.
-        native = NativeModule(llvm_module, [runtime_library], keep_object=knobs.disk_cache)  # type: ignore[arg-type]
+        native = NativeModule(llvm_module, [runtime_library], keep_object=options.disk_cache)  # type: ignore[arg-type]
         native.address(guard_symbol)  # generates the code now: a failure is this stage's
         return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0])
 
@@ -147,19 +155,21 @@ def _find_main(module: ir.Module) -> ir.Operation:
     raise exc.LoweringError("imported module has no @main")
 
 
-def _dump(name: str, index: int, stage_name: str, text: str) -> None:
-    if knobs.dump_ir is None:
+def _dump(name: str, index: int, stage_name: str, text: str, dump_ir: Path | None) -> None:
+    if dump_ir is None:
         return
-    knobs.dump_ir.mkdir(parents=True, exist_ok=True)
-    (knobs.dump_ir / f"{_file_name(name)}.{index}.{stage_name}.mlir").write_text(text)
+    dump_ir.mkdir(parents=True, exist_ok=True)
+    (dump_ir / f"{_file_name(name)}.{index}.{stage_name}.mlir").write_text(text)
 
 
 def _file_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def _stage_failure(name: str, index: int, stage_name: str, given: str | None, error: Exception) -> exc.LoweringError:
-    directory = knobs.dump_ir or Path(tempfile.mkdtemp(prefix="trident-"))
+def _stage_failure(
+    name: str, index: int, stage_name: str, given: str | None, error: Exception, dump_ir: Path | None
+) -> exc.LoweringError:
+    directory = dump_ir or Path(tempfile.mkdtemp(prefix="trident-"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_file_name(name)}.{index}.before-{stage_name}.mlir"
     path.write_text(given or "")

@@ -196,9 +196,10 @@ class ReplayPlanLowering(HostProgramLowering):
         self, module: ModuleBuilder, name: str, main: ir.Operation, placeholders: Sequence[PlaceholderSource],
         outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
         launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
+        private_views: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                         pool_allocations)  # fmt: skip
+                         pool_allocations, private_views)  # fmt: skip
         self.static_geometry = static_geometry  # per block argument: its sizes and strides are constants
         self.word_of: dict[str, int] = {}  # SSA value -> its word
         self.addresses: dict[str, str] = {}  # SSA of a root's handle -> SSA of its data address
@@ -394,11 +395,12 @@ def lower_replay_plan(
     module: ModuleBuilder, name: str, main: ir.Operation, placeholders: Sequence[PlaceholderSource],
     outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
     launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
+    private_views: bool = True,
 ) -> ReplayPlan | str:
     """The plan of the program in @main with its function added to `module`, or why it has none (nothing added
     then but unused declarations)."""
     lowering = ReplayPlanLowering(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                                  pool_allocations, static_geometry)  # fmt: skip
+                                  pool_allocations, static_geometry, private_views)  # fmt: skip
     try:
         return lowering.plan()
     except Ineligible as e:
