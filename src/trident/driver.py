@@ -55,7 +55,7 @@ _entry_lock = threading.RLock()  # making entries (and building the runtime) onc
 # before such calls run eagerly without capturing: a lazy cache does it once per cache object, a function that
 # assigns a traced value on every call (a growing DynamicCache) would capture every call.
 _PYTHON_STATE_CAPTURES = 4
-_IR_FILE = re.compile(r"the IR given to that stage is in \S+")
+_IR_DIRECTORY = re.compile(r"\S*/trident-[^/\s]+/")  # the new temporary folder of a failed compile's IR
 
 
 def runtime_loaded() -> bool:
@@ -146,7 +146,8 @@ class JitFunction:
         # identity (_objects_key), and the eager reason of a structure once there were too many of them.
         self._python_state_captures: collections.Counter[object] = collections.Counter()
         self._assigns_python_state: dict[object, str] = {}
-        self._uncompilable: dict[object, str] = {}  # call structure (_objects_key) -> why its compile failed
+        self._failed_once: set[object] = set()  # call structures (_objects_key) whose compile failed
+        self._uncompilable: dict[object, str] = {}  # those whose compile failed twice -> why
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -333,7 +334,7 @@ class JitFunction:
         self.eager_calls += 1
         self.eager_reason = reason
         report_fallback(self.name, reason)  # strict mode (tests) raises here
-        once = _IR_FILE.sub("the IR given to that stage is in a file", reason)  # a new file per failed compile
+        once = _IR_DIRECTORY.sub("", reason)  # each failed compile writes its IR into a folder of its own
         if once not in self._warned:
             self._warned.add(once)
             warnings.warn(f"trident: {reason}", stacklevel=user_stacklevel())  # the user's line that called
@@ -414,9 +415,10 @@ class JitFunction:
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
             # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
             # file the message names) or an argument it cannot pass natively never reaches a user whose program
-            # eager runs. Decided once for every call of this structure (the same objects, tensors of the same
-            # dtype, device and rank): another size or int value would capture and fail the same way again (a
-            # decode loop would pay a capture per step); other dtypes or objects still get their own attempt.
+            # eager runs. Remembered for this guard set; a second failure with the same structure (the same
+            # objects, tensors of the same dtype, device and rank) decides every call of that structure: another
+            # size or int value fails the same way (a decode loop would pay a capture per step). Other dtypes or
+            # objects still get their own attempt.
             reachable.restore()  # the eager run makes the capture's Python side effects once
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
@@ -424,7 +426,10 @@ class JitFunction:
             reason = self._remember_eager(
                 facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
             )
-            self._uncompilable[_objects_key(facts)] = reason
+            structure = _objects_key(facts)
+            if structure in self._failed_once:
+                self._uncompilable[structure] = reason
+            self._failed_once.add(structure)
             return None, None
         spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
                              time.perf_counter() - start)
