@@ -184,7 +184,8 @@ def test_each_step_of_the_decode_step_gets_what_the_plan_computes(model_name: st
 
 @pytest.mark.parametrize("case", ["liger", "fla", "conch", "liger-llama"])
 @pytest.mark.parametrize("operators", [False, True], ids=["pooled", "every_step"])
-def test_each_step_of_a_library_step_gets_what_the_plan_computes(case: str, operators: bool) -> None:
+def test_each_step_of_a_library_step_gets_what_the_plan_computes(case: str, operators: bool,
+                                                                 request: pytest.FixtureRequest) -> None:
     """The library steps of benchmarks/libraries.py that run on CPU: liger's functional ops, fla's decoding
     attention, conch's paged attention with its cache writes through a block table, and a Hugging Face Llama with
     liger's kernels (positions as tensors, Hugging Face's API)."""
@@ -194,6 +195,12 @@ def test_each_step_of_a_library_step_gets_what_the_plan_computes(case: str, oper
                    "liger-llama": ["liger_kernel", "transformers"]}[case]:  # fmt: skip
         pytest.importorskip(module)
     libraries.patch_interpreter_gaps()
+    if case == "liger-llama":  # liger patches transformers' Llama module for the process: undone after the test
+        from transformers.models.llama import modeling_llama
+
+        before = dict(vars(modeling_llama))
+        request.addfinalizer(lambda: [setattr(modeling_llama, k, v) for k, v in before.items()
+                                      if vars(modeling_llama).get(k) is not v])
     (setup,) = [c.setup for c in libraries.CASES if c.name == case]
     build, inputs = setup("cpu", torch.float32, True)
     assert_steps_follow_the_plan(build(), inputs, POSITIONS, operators)
