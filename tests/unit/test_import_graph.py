@@ -51,7 +51,7 @@ def _in(name: str, layers: tuple[str, ...]) -> bool:
 
 def test_the_graph_reads_the_package() -> None:
     assert len(MODULES) > 40 and "trident.lowering.lower_host_program" in MODULES
-    assert ("trident.capture.trace", True) in _imports("trident.lowering.lower_host_program")
+    assert ("trident.capture.results", True) in _imports("trident.lowering.lower_host_program")
     assert ("trident.cache.store", False) in _imports("trident.cache")
 
 

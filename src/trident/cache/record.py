@@ -27,7 +27,7 @@ import torch
 from ..artifact import ReplayPlan
 from ..capture.guards import GuardSet
 from ..capture.inputs import CallFacts, LeafKind
-from ..capture.trace import OutputTree
+from ..capture.results import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 

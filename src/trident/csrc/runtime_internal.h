@@ -40,6 +40,12 @@ extern PyTypeObject EntryType;
 extern PyTypeObject ContextType;
 bool ready_entry_type();
 
+// result_builder.cpp: a compiled run's result (a new reference, stolen) as the caller receives it, built by its
+// constructor when it is headed by a ResultBuilder; NULL with an exception set when the constructor raised.
+extern PyTypeObject ResultBuilderType;
+PyObject* finish_result(PyObject* out);
+bool ready_result_builder_type();
+
 /* tensor_access.cpp: the (mutable) data address of a tensor, as Triton passes it to kernels; false with the
  * thread's error set if the tensor has no storage data. */
 bool tensor_data_address(AtenTensorHandle t, int64_t* out);

@@ -26,7 +26,7 @@ from torch_mlir import ir
 from .. import exc
 from ..artifact import BufferPoolSlot, LaunchSiteSlot
 from ..capture.inputs import LeafPath
-from ..capture.trace import OutputTree
+from ..capture.results import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi

@@ -30,7 +30,7 @@ from torch_mlir import ir
 from .. import exc
 from ..artifact import ReplayPlan
 from ..capture.inputs import LeafPath
-from ..capture.trace import OutputTree
+from ..capture.results import OutputTree
 from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import I64, PTR, ModuleBuilder
 from . import runtime_abi as abi

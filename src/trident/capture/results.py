@@ -1,0 +1,130 @@
+"""How compiled code gives back what the traced function returned (trace.py records it; the lowering builds it).
+
+Tensors and symbolic scalars the function returns become graph outputs; Python constants, the call's own
+arguments (a tensor, or an object guarded by identity: a Hugging Face Cache returned as itself) and nested tuples
+and lists are rebuilt around them. A result Python builds from parts (a dataclass such as Hugging Face's
+ModelOutput, a named tuple, a dict with str keys) is flattened into its parts, headed by a ResultBuilderSlot from
+which the runtime makes the entry's ResultBuilder (artifact.py), checked at capture to rebuild an object of the
+same type holding the same objects.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+from .. import exc
+from ..artifact import ResultBuilderSlot
+from .inputs import Leaf, LeafKind
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputTree:
+    """How to rebuild the function's result: a tuple/list of subtrees, or one leaf.
+
+    A leaf is ("graph", i): the i-th graph output; ("const", v): a Python value fixed at capture;
+    ("input", leaf_index): an argument returned as itself (a tensor, or an object guarded by identity).
+    A result Python builds from parts (a dataclass such as Hugging Face's ModelOutput, a named tuple, a dict)
+    is a tuple whose first child is the const ResultBuilderSlot the native entry builds it with (_flatten_output)."""
+
+    kind: str  # "tuple", "list", "graph", "const", "input"
+    children: tuple[OutputTree, ...] = ()
+    index: int = 0
+    value: object = None
+
+
+def flatten_output(
+    value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
+    leaves: Sequence[Leaf] = (),
+) -> OutputTree:
+    """How compiled code rebuilds `value`, the function's result; its tensors and symbolic scalars are appended
+    to graph_outputs. A result with a built part somewhere below a tuple or list is headed by a builder without
+    a type, which tells the entry to look for the parts (csrc/entry.cpp, build_nested)."""
+    tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves)
+    if built and not _is_built(tree):
+        tree = OutputTree("tuple", (OutputTree("const", value=ResultBuilderSlot(None, (), True)), tree))
+    return tree
+
+
+def _flatten_value(
+    value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
+    leaves: Sequence[Leaf],
+) -> tuple[OutputTree, bool]:
+    """The tree of `value`, and whether it holds a built result."""
+    if type(value) in (tuple, list):
+        items = [_flatten_value(v, graph_outputs, placeholders, traced, leaves) for v in value]  # type: ignore[union-attr]
+        kind = "tuple" if type(value) is tuple else "list"
+        return OutputTree(kind, tuple(tree for tree, _ in items)), any(built for _, built in items)
+    if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        for p, leaf_index in zip(placeholders, traced):
+            if p is value:  # an argument returned as itself keeps its identity
+                return OutputTree("input", index=leaf_index), False
+        graph_outputs.append(value)  # symbolic floats and bools come back as Python floats and bools
+        return OutputTree("graph", index=len(graph_outputs) - 1), False
+    if value is None or type(value) in (int, float, bool, str):
+        return OutputTree("const", value=value), False
+    for leaf_index, leaf in enumerate(leaves):
+        if leaf.kind is LeafKind.OBJECT and leaf.value is value:  # guarded by identity: the call's own object
+            return OutputTree("input", index=leaf_index), False
+    parts = _constructor_parts(value)
+    if parts is None:
+        raise exc.UnsupportedConstruct(
+            f"the function returns a {type(value).__name__}; Trident returns tensors, Python scalars, the objects "
+            "passed in, and (nested) tuples, lists, dicts, named tuples and dataclasses of them natively. "
+            "Return a tuple instead."
+        )
+    cls, names, items = parts
+    children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves) for v in items]
+    nested = any(built for _, built in children)
+    head = OutputTree("const", value=ResultBuilderSlot(cls, names, nested))
+    return OutputTree("tuple", (head, *(tree for tree, _ in children))), True
+
+
+def _is_built(tree: OutputTree) -> bool:
+    head = tree.children[0] if tree.kind == "tuple" and tree.children else None
+    return head is not None and head.kind == "const" and isinstance(head.value, ResultBuilderSlot)
+
+
+def _constructor_parts(value: object) -> tuple[type, tuple[str, ...], list[object]] | None:
+    """(type, keywords, values) such that `type(**dict(zip(keywords, values)))` makes an object equal to `value`
+    (its type, its fields and items the same objects), for a dict with str keys, a named tuple or a dataclass
+    (Hugging Face's ModelOutput is an OrderedDict and a dataclass); None for anything else, or when calling the
+    constructor again does not give such an object (a __post_init__ that transforms what it receives)."""
+    cls = type(value)
+    if cls is dict:
+        if not all(type(k) is str for k in value):  # type: ignore[attr-defined]
+            return None
+        names, items = tuple(value), list(value.values())  # type: ignore[call-overload,attr-defined]
+    elif isinstance(value, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
+        names, items = tuple(cls._fields), list(value)  # type: ignore[attr-defined]
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f for f in dataclasses.fields(value) if f.init]
+        names, items = tuple(f.name for f in fields), [getattr(value, f.name) for f in fields]
+    else:
+        return None
+    try:
+        rebuilt = cls(**dict(zip(names, items)))
+    except Exception:  # noqa: BLE001 -- a constructor that does not take its own fields back
+        return None
+    return (cls, names, items) if _same_parts(value, rebuilt) else None
+
+
+def _same_parts(value: object, rebuilt: object) -> bool:
+    """Whether `rebuilt` has the type of `value` and holds the same objects: items, dataclass fields and
+    instance attributes."""
+    if type(rebuilt) is not type(value):
+        return False
+    if isinstance(value, (dict, tuple)):
+        pairs = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        again = list(rebuilt.items()) if isinstance(rebuilt, dict) else list(enumerate(rebuilt))  # type: ignore[union-attr,arg-type]
+        if len(pairs) != len(again) or any(k != k2 or v is not v2 for (k, v), (k2, v2) in zip(pairs, again)):
+            return False
+    if dataclasses.is_dataclass(value):
+        if any(getattr(value, f.name) is not getattr(rebuilt, f.name) for f in dataclasses.fields(value)):
+            return False
+    state, state_again = getattr(value, "__dict__", None), getattr(rebuilt, "__dict__", None)
+    if isinstance(state, dict) and isinstance(state_again, dict):
+        if state.keys() != state_again.keys() or any(state[k] is not state_again[k] for k in state):
+            return False
+    return True
