@@ -36,7 +36,7 @@ from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_f
 from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
 from .frames import user_stacklevel
-from .knobs import knobs, log_enabled
+from .knobs import CompileOptions, knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
@@ -370,12 +370,13 @@ class JitFunction:
             persisted.loaded_as(spec)
             return spec, None
         start = time.perf_counter()
+        options = CompileOptions.current()  # read once: the capture and the passes get them as a value
         reachable = user_state.snapshot(self.fn, values, self.param_names)
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
                 trace = trace_function(
                     self.fn, self.n_positional, self.param_names, values, facts, self.dynamism, SCALAR_LOWERING,
-                    reachable,
+                    reachable, options,
                 )
         except exc.KeptFromEarlierCapture:
             reachable.restore()
@@ -407,7 +408,7 @@ class JitFunction:
             module_guards = module_reads.guards(module_state.module_paths(roots))
             guards.attributes = module_guards + see_through_guards(trace.see_through)
             guards.relations += int64_range_guards(trace, guards)
-            artifact = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library)
+            artifact = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library, options)
             try:
                 compiled = instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register

@@ -60,7 +60,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..knobs import knobs
+from ..knobs import CompileOptions
 from .inputs import ABSENT
 
 # ---------------------------------------------------------------------------------------------------------
@@ -384,9 +384,9 @@ def keep_opaque(*names: str) -> None:
         _opaque_by_api.add(_op_key(name))
 
 
-def _opted_out(name: str) -> str | None:
+def _opted_out(name: str, opaque_ops: frozenset[str]) -> str | None:
     base = name.split("::")[0] + "::" + name.split("::")[1].split(".")[0]
-    from_env = {_op_key(n) for n in knobs.opaque_ops}
+    from_env = {_op_key(n) for n in opaque_ops}
     for source, names in (("TRIDENT_OPAQUE_OPS", from_env), ("trident.keep_opaque", _opaque_by_api)):
         if name in names or base in names:
             return f"kept opaque by {source}"
@@ -434,9 +434,11 @@ class SeeThroughMode(TorchDispatchMode):
 
     supports_higher_order_operators = True  # HOPs (Triton launches) pass through unchanged
 
-    def __init__(self, body_modes: Callable[[], contextlib.AbstractContextManager[Any]], opaque: dict[str, str]) -> None:
+    def __init__(self, body_modes: Callable[[], contextlib.AbstractContextManager[Any]], opaque: dict[str, str],
+                 options: CompileOptions) -> None:
         super().__init__()
         self.body_modes = body_modes
+        self.see_through, self.opaque_ops = options.see_through, options.opaque_ops
         self.report = Report(opaque=dict(opaque))
         self._kernels: dict[tuple[object, str], Kernel | None] = {}
         self._bodies: list[str] = []  # the ops whose bodies are running, outermost first
@@ -466,8 +468,8 @@ class SeeThroughMode(TorchDispatchMode):
         name = kernel.op
         if name in self.report.opaque:
             return func(*args, **kwargs)
-        reason = None if knobs.see_through else "TRIDENT_SEE_THROUGH=0"
-        reason = reason or _opted_out(name)
+        reason = None if self.see_through else "TRIDENT_SEE_THROUGH=0"
+        reason = reason or _opted_out(name, self.opaque_ops)
         if reason is not None:
             self.report.opaque[name] = reason
             return func(*args, **kwargs)
@@ -628,8 +630,10 @@ def _schema_mismatch(
 
 
 @contextlib.contextmanager
-def seeing_through(body_modes: Callable[[], contextlib.AbstractContextManager[Any]], opaque: dict[str, str]) -> Iterator[SeeThroughMode]:
-    """The mode for one capture attempt, entered (inside make_fx, around the user's function)."""
-    mode = SeeThroughMode(body_modes, opaque)
+def seeing_through(body_modes: Callable[[], contextlib.AbstractContextManager[Any]], opaque: dict[str, str],
+                   options: CompileOptions) -> Iterator[SeeThroughMode]:
+    """The mode for one capture attempt, entered (inside make_fx, around the user's function); `options`: the
+    compile's (TRIDENT_SEE_THROUGH, TRIDENT_OPAQUE_OPS)."""
+    mode = SeeThroughMode(body_modes, opaque, options)
     with mode:
         yield mode

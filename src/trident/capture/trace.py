@@ -43,6 +43,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.overrides import TorchFunctionMode
 
 from .. import exc
+from ..knobs import CompileOptions
 from ..frames import in_library
 from .constant_views import fold_constant_views
 from .inputs import NOT_PASSED, CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
@@ -525,6 +526,7 @@ def trace_function(
     dynamism: Dynamism,
     lowering: ScalarLowering,
     reachable: UserState | None = None,
+    options: CompileOptions | None = None,
 ) -> Trace:
     """Trace with `dynamism`, then again with the symbols the trace cannot keep symbolic made constants
     (capture/specialize.py, asking `lowering` what it compiles exactly) until none is left; and again with a
@@ -533,10 +535,12 @@ def trace_function(
     belongs to its finished trace."""
     if reachable is None:
         reachable = snapshot_user_state(fn, values, param_names)
+    options = CompileOptions.current() if options is None else options
     opaque: dict[str, str] = {}
     while True:
         try:
-            trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque, lowering)
+            trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque, lowering,
+                                        options)
         except Retry as retry:
             opaque[retry.op] = retry.reason
             reachable.restore()
@@ -557,9 +561,10 @@ def _trace_once(
     dynamism: Dynamism,
     opaque: dict[str, str],
     lowering: ScalarLowering,
+    options: CompileOptions,
 ) -> tuple[Trace, Dynamism]:
     """One trace, and the dynamism of the symbols it must not keep symbolic; `opaque`: Python-implemented ops
-    to record as one call (why)."""
+    to record as one call (why); `options`: the compile's, of which capture reads what it sees through."""
     shape_env = _LayoutShapeEnv()
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     traced = [i for i, leaf in enumerate(facts.leaves) if is_traced_leaf(leaf, dynamism)]
@@ -577,7 +582,7 @@ def _trace_once(
         # A keyword of **kwargs that this call did not pass has a slot (NOT_PASSED): the function does not get it.
         keywords = {k: v for k, v in zip(param_names[n_positional:], args[n_positional:]) if v is not NOT_PASSED}
         # Entered inside make_fx: above its proxy mode, so Python kernels are traced into before it records.
-        with seeing_through(lambda: mode, opaque) as see_through:
+        with seeing_through(lambda: mode, opaque, options) as see_through:
             see_through_holder.append(see_through)
             result = fn(*positional, **keywords)
         graph_outputs: list[object] = []
