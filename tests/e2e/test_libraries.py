@@ -179,6 +179,39 @@ def test_liger_llama_static_cache(device: str, interpreter_gaps: None, monkeypat
     assert {"_rms_norm_forward_kernel", "_triton_rope", "_swiglu_forward_kernel"} <= names, names
 
 
+def test_liger_llama_generate_on_the_jitted_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.generate() on trident.jit(model) with liger's kernels applied (real Triton kernels inside an HF
+    model) and one StaticCache of the user's: eager's greedy tokens, the decode steps native with liger's
+    launches in them."""
+    need("liger_kernel")
+    transformers = need("transformers")
+    from liger_kernel.transformers import apply_liger_kernel_to_llama
+    from transformers.models.llama import modeling_llama
+
+    monkeypatch.setattr(need("liger_kernel.ops.rms_norm"), "rsqrt", _rsqrt)  # interpreter_gaps, on the CPU
+    for name in ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP"):  # undone after the test
+        monkeypatch.setattr(modeling_llama, name, getattr(modeling_llama, name))
+    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False)
+    model, _ = _tiny_llama(transformers, "cpu")
+    jitted = trident.jit(model)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_LEN)
+    ids = torch.tensor([[5, 77, 12]])
+    kwargs: dict[str, Any] = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "pad_token_id": 0,
+                              "disable_compile": True}
+    with torch.no_grad(), warnings.catch_warnings(), allow_fallback() as fallbacks:
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            with interpreted_launches("cpu"):
+                expected = model.generate(ids, **kwargs)
+            cache.reset()
+            assert torch.equal(jitted.generate(ids, past_key_values=cache, **kwargs), expected)
+    state = jit_state(jitted)
+    assert state.eager_calls == len(fallbacks) <= 2 and native_hits(jitted) == 2 * 6 - state.eager_calls, trident.explain(jitted)
+    names = {getattr(site, "kernel_name", getattr(site, "name", "")) for site in triton_launch_sites(jitted)}
+    assert {"_rms_norm_forward_kernel", "_triton_rope", "_swiglu_forward_kernel"} <= names, names
+
+
 # ---------------------------------------------------------------------------------------------------------
 # fla-core
 
