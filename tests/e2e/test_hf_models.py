@@ -289,3 +289,27 @@ def test_dict_arguments_are_walked_like_tuples() -> None:
     assert compiles() == 2 and jit_state(f).entry.hits() == [4, 1], trident.explain(f)
     assert "masks: dict with keys ['full', 'sliding']" in trident.explain(f)
     assert "keys mismatch: expected ['full', 'sliding'], got ['sliding', 'full']" in jit_state(f).last_miss_reason
+
+
+def test_sampling_generate_on_the_jitted_model_equals_eager_under_the_same_seed() -> None:
+    """do_sample=True: the sampled tokens depend on the logits bit for bit; under one seed they equal eager's."""
+    config, cls, _, _ = _config("llama")
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    jitted = trident.jit(model)
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    ids = torch.tensor([[9, 4]])
+    kwargs: dict[str, Any] = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": True, "top_k": 20,
+                              "temperature": 1.3, "pad_token_id": 0, "disable_compile": True}
+    sampled = []
+    with torch.no_grad(), allow_fallback():
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            expected = model.generate(ids, **kwargs)
+            torch.manual_seed(seed)
+            cache.reset()
+            assert torch.equal(jitted.generate(ids, past_key_values=cache, **kwargs), expected), seed
+            sampled.append(expected)
+    assert not torch.equal(*sampled)  # it sampled: two seeds, two sequences
+    state = jit_state(jitted)
+    assert sum(state.entry.hits()) + state.eager_calls == 2 * 8 and state.eager_calls <= 2, trident.explain(jitted)
