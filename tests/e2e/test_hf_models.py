@@ -313,3 +313,23 @@ def test_sampling_generate_on_the_jitted_model_equals_eager_under_the_same_seed(
     assert not torch.equal(*sampled)  # it sampled: two seeds, two sequences
     state = jit_state(jitted)
     assert sum(state.entry.hits()) + state.eager_calls == 2 * 8 and state.eager_calls <= 2, trident.explain(jitted)
+
+
+def test_batch_8_generate_on_the_jitted_model() -> None:
+    """Eight prompts at once (no padding): greedy tokens equal eager's, decode steps native."""
+    config, cls, _, _ = _config("llama")
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    jitted = trident.jit(model)
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    ids = torch.randint(1, 128, (8, 4), generator=torch.Generator().manual_seed(3))
+    kwargs: dict[str, Any] = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "pad_token_id": 0,
+                              "disable_compile": True}
+    with torch.no_grad(), allow_fallback():
+        for _ in range(2):
+            expected = model.generate(ids, **kwargs)
+            cache.reset()
+            assert torch.equal(jitted.generate(ids, past_key_values=cache, **kwargs), expected)
+    assert len(set(expected[:, -1].tolist())) > 1  # eight different continuations
+    state = jit_state(jitted)
+    assert sum(state.entry.hits()) + state.eager_calls == 2 * 6 and state.eager_calls <= 2, trident.explain(jitted)
