@@ -1,9 +1,10 @@
 """trident.jit(model) on Hugging Face causal LMs, called as generate() calls them: every argument by keyword,
 some of them (cache_position, return_dict) received only by the forward's **kwargs, and a ModelOutput back.
 
-Tiny random-init configs of the real transformers classes (no downloads). Each decode step is compared with an
-identical eager twin (model and StaticCache) bit for bit, and the jitted model's counters prove that the steps
-ran compiled code: one compile, every other step a native hit, no eager call."""
+Tiny random-init configs of the real transformers classes (Llama, Qwen2, Mistral, Gemma, GPT-2; no downloads).
+Each decode step is compared with an identical eager twin (model and StaticCache) bit for bit, and the jitted
+model's counters prove that the steps ran compiled code: one compile, every other step a native hit, no eager
+call. generate() on the jitted model: greedy, sampling and batch 8 against eager's generate."""
 from __future__ import annotations
 
 import collections
@@ -33,6 +34,16 @@ def _config(family: str) -> tuple[Any, type, int, int]:
                                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                           max_position_embeddings=MAX_LEN)
         cls, kv_heads, head_dim = transformers.LlamaForCausalLM, 2, 16
+    elif family == "mistral":
+        config = transformers.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                            max_position_embeddings=MAX_LEN, sliding_window=None)
+        cls, kv_heads, head_dim = transformers.MistralForCausalLM, 2, 16
+    elif family == "gemma":
+        config = transformers.GemmaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                          max_position_embeddings=MAX_LEN)
+        cls, kv_heads, head_dim = transformers.GemmaForCausalLM, 2, 16
     elif family == "qwen2":
         config = transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                           num_attention_heads=4, num_key_value_heads=2,
@@ -84,7 +95,7 @@ def _assert_same_output(result: Any, expected: Any, cache: Any) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma", "gpt2"])
 def test_decode_static_cache(family: str, device: str) -> None:
     """The whole model jitted, called by keyword with a StaticCache: one compile, then native hits."""
     eager, eager_cache = _model_and_cache(family, device)
