@@ -52,9 +52,11 @@ _compile_count = 0
 _compile_count_lock = threading.Lock()
 _entry_lock = threading.RLock()  # making entries (and building the runtime) once
 # Captures with the same objects that may leave traced values in them (each undone, its call run eagerly)
-# before such calls run eagerly without capturing: a lazy cache does it once per cache object, a function that
-# assigns a traced value on every call (a growing DynamicCache) would capture every call.
-_PYTHON_STATE_CAPTURES = 4
+# before calls with objects of those types run eagerly without capturing. A lazy cache does it once per cache
+# object, so it never counts twice; a function that assigns a traced value on every call (a DynamicCache growing
+# each step) does it again with the same objects, and then also for its next cache: capturing each would cost a
+# capture per call.
+_PYTHON_STATE_CAPTURES = 2
 _IR_DIRECTORY = re.compile(r"\S*/trident-[^/\s]+/")  # the new temporary folder of a failed compile's IR
 
 
@@ -143,7 +145,8 @@ class JitFunction:
         self._warned: set[str] = set()
         self._constants_require_grad: str | None = None  # the eager reason, once a trace has shown it
         # Captures that left traced values in the user's objects (undone), per call structure with objects by
-        # identity (_objects_key), and the eager reason of a structure once there were too many of them.
+        # identity (_objects_key); and, per structure with objects by type, the eager reason once one of them
+        # did so _PYTHON_STATE_CAPTURES times.
         self._python_state_captures: collections.Counter[object] = collections.Counter()
         self._assigns_python_state: dict[object, str] = {}
         self._failed_once: set[object] = set()  # call structures (_objects_key) whose compile failed
@@ -298,9 +301,12 @@ class JitFunction:
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
                 )
-        if self._assigns_python_state or self._uncompilable:
-            key = _objects_key(facts)
-            decided = self._assigns_python_state.get(key) or self._uncompilable.get(key)
+        if self._uncompilable:
+            decided = self._uncompilable.get(_objects_key(facts))
+            if decided is not None:
+                return decided
+        if self._assigns_python_state:
+            decided = self._assigns_python_state.get(_objects_key(facts, by_type=True))
             if decided is not None:
                 return decided
         if torch.is_grad_enabled():
@@ -451,8 +457,8 @@ class JitFunction:
     def _left_traced_values(self, reachable: user_state.UserState, facts: CallFacts) -> bool:
         """After a capture that succeeded: if it assigned values of the trace into the user's objects (a cache
         allocated lazily on the first call), undo every change it made and say that this call runs eagerly,
-        where the assignments happen for real (capture/user_state.py). Calls with the same objects that keep
-        doing so (a DynamicCache growing each step) stop being captured after a few."""
+        where the assignments happen for real (capture/user_state.py). When the same objects do so again (a
+        DynamicCache growing each step), calls with objects of those types are no longer captured."""
         left = [c for c in reachable.changes() if c.traced]
         if not left:
             return False
@@ -465,9 +471,9 @@ class JitFunction:
             "makes those assignments for real"
         )
         if self._python_state_captures[key] >= _PYTHON_STATE_CAPTURES:
-            self._assigns_python_state[key] = reason = (
-                f"{reason}. It did so in {self._python_state_captures[key]} captures with these objects: such "
-                "calls run eagerly from now on, without capturing again"
+            self._assigns_python_state[_objects_key(facts, by_type=True)] = reason = (
+                f"{reason}. It did so in {self._python_state_captures[key]} captures with the same objects: calls "
+                "with objects of these types run eagerly from now on, without capturing again"
             )
         self.eager_reason = reason
         return True
@@ -553,12 +559,12 @@ class JitFunction:
         return "\n".join(lines)
 
 
-def _objects_key(facts: CallFacts) -> object:
-    """A call's structure with its objects by identity and its tensors by dtype, device and rank (sizes and
-    values left out): the calls of one decode loop over one cache object share it."""
+def _objects_key(facts: CallFacts, by_type: bool = False) -> object:
+    """A call's structure with its objects by identity (or by type) and its tensors by dtype, device and rank
+    (sizes and values left out): the calls of one decode loop over one cache object share it."""
     return tuple(
         (leaf.path.param, leaf.path.items, leaf.kind,
-         id(leaf.value) if leaf.kind is LeafKind.OBJECT else
+         (type(leaf.value) if by_type else id(leaf.value)) if leaf.kind is LeafKind.OBJECT else
          (leaf.tensor.dtype, leaf.tensor.device, len(leaf.tensor.sizes)) if leaf.tensor is not None else None)
         for leaf in facts.leaves
     )

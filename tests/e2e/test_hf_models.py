@@ -344,3 +344,26 @@ def test_batch_8_generate_on_the_jitted_model() -> None:
     assert len(set(expected[:, -1].tolist())) > 1  # eight different continuations
     state = jit_state(jitted)
     assert sum(state.entry.hits()) + state.eager_calls == 2 * 6 and state.eager_calls <= 2, trident.explain(jitted)
+
+
+def test_dynamic_cache_generate_on_the_jitted_model_runs_eagerly_after_two_captures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default DynamicCache assigns new tensors into itself at every step, which compiled code cannot
+    reproduce: each such call runs eagerly (eager's tokens), and once the same cache has done it twice, calls with
+    a DynamicCache are not captured again, also in later generates with new caches (no capture per step)."""
+    from trident import driver
+
+    captures: list[int] = []
+    trace_function = driver.trace_function
+    monkeypatch.setattr(driver, "trace_function", lambda *a, **k: (captures.append(1), trace_function(*a, **k))[1])
+    config, cls, _, _ = _config("llama")
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    jitted = trident.jit(model)
+    ids = torch.tensor([[3, 17, 42]])
+    kwargs: dict[str, Any] = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+    with torch.no_grad(), allow_fallback() as fallbacks:
+        for _ in range(3):
+            assert torch.equal(jitted.generate(ids, **kwargs), model.generate(ids, **kwargs))
+    assert len(captures) == 2 and jit_state(jitted).eager_calls == 3 * 5, trident.explain(jitted)
+    assert "calls with objects of these types run eagerly from now on" in fallbacks[-1].reason, fallbacks[-1].reason
+    assert "past_key_values.layers[" in fallbacks[0].reason, fallbacks[0].reason
