@@ -27,28 +27,24 @@ MAX_LEN = 16
 POSITIONS = range(5)
 
 
+# Families whose config takes Llama's arguments: (config class, causal-LM class, extra config arguments).
+_LLAMA_LIKE = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+}
+
+
 def _config(family: str) -> tuple[Any, type, int, int]:
     """A tiny config of the family, its causal-LM class, and the StaticCache's kv heads and head dim."""
-    if family == "llama":
-        config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                          max_position_embeddings=MAX_LEN)
-        cls, kv_heads, head_dim = transformers.LlamaForCausalLM, 2, 16
-    elif family == "mistral":
-        config = transformers.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                            max_position_embeddings=MAX_LEN, sliding_window=None)
-        cls, kv_heads, head_dim = transformers.MistralForCausalLM, 2, 16
-    elif family == "gemma":
-        config = transformers.GemmaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                          max_position_embeddings=MAX_LEN)
-        cls, kv_heads, head_dim = transformers.GemmaForCausalLM, 2, 16
-    elif family == "qwen2":
-        config = transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2,
-                                          max_position_embeddings=MAX_LEN)
-        cls, kv_heads, head_dim = transformers.Qwen2ForCausalLM, 2, 16
+    if family in _LLAMA_LIKE:
+        config_name, cls_name, extra = _LLAMA_LIKE[family]
+        config = getattr(transformers, config_name)(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=MAX_LEN, **extra,
+        )
+        cls, kv_heads, head_dim = getattr(transformers, cls_name), 2, 16
     else:
         config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=MAX_LEN,
                                          bos_token_id=0, eos_token_id=0)
@@ -66,6 +62,14 @@ def _model_and_cache(family: str, device: str) -> tuple[nn.Module, Any]:
     cache.early_initialization(batch_size=1, num_heads=kv_heads, head_dim=head_dim, dtype=torch.float32,
                                device=device)
     return model, cache
+
+
+def _for_generate(family: str) -> tuple[nn.Module, nn.Module, Any]:
+    """A seeded model of the family (eval, CPU), trident.jit of it, and an uninitialized StaticCache for it."""
+    config, cls, _, _ = _config(family)
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    return model, trident.jit(model), transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
 
 
 def _step_inputs(pos: int, device: str) -> dict[str, torch.Tensor]:
@@ -255,11 +259,7 @@ def test_generate_on_the_jitted_model_with_its_own_static_cache(family: str) -> 
     generate: greedy tokens equal eager's; the decode steps run natively; compiles do not grow with the number of
     new tokens or of generate calls. The prefill runs eagerly: first because it allocates the cache's tensors
     (lazily, for real), then because HF reads the cache's position in Python there (masking_utils)."""
-    config, cls, _, _ = _config(family)
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    jitted = trident.jit(model)
-    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    model, jitted, cache = _for_generate(family)
     ids = torch.tensor([[3, 17, 42]])
     kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "disable_compile": True}
     with torch.no_grad(), allow_fallback() as fallbacks:
@@ -304,11 +304,7 @@ def test_dict_arguments_are_walked_like_tuples() -> None:
 
 def test_sampling_generate_on_the_jitted_model_equals_eager_under_the_same_seed() -> None:
     """do_sample=True: the sampled tokens depend on the logits bit for bit; under one seed they equal eager's."""
-    config, cls, _, _ = _config("llama")
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    jitted = trident.jit(model)
-    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    model, jitted, cache = _for_generate("llama")
     ids = torch.tensor([[9, 4]])
     kwargs: dict[str, Any] = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": True, "top_k": 20,
                               "temperature": 1.3, "pad_token_id": 0, "disable_compile": True}
@@ -328,11 +324,7 @@ def test_sampling_generate_on_the_jitted_model_equals_eager_under_the_same_seed(
 
 def test_batch_8_generate_on_the_jitted_model() -> None:
     """Eight prompts at once (no padding): greedy tokens equal eager's, decode steps native."""
-    config, cls, _, _ = _config("llama")
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    jitted = trident.jit(model)
-    cache = transformers.StaticCache(config=config, max_cache_len=MAX_LEN)
+    model, jitted, cache = _for_generate("llama")
     ids = torch.randint(1, 128, (8, 4), generator=torch.Generator().manual_seed(3))
     kwargs: dict[str, Any] = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "pad_token_id": 0,
                               "disable_compile": True}
@@ -355,10 +347,7 @@ def test_dynamic_cache_generate_on_the_jitted_model_runs_eagerly_after_two_captu
     captures: list[int] = []
     trace_function = driver.trace_function
     monkeypatch.setattr(driver, "trace_function", lambda *a, **k: (captures.append(1), trace_function(*a, **k))[1])
-    config, cls, _, _ = _config("llama")
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    jitted = trident.jit(model)
+    model, jitted, _ = _for_generate("llama")
     ids = torch.tensor([[3, 17, 42]])
     kwargs: dict[str, Any] = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad(), allow_fallback() as fallbacks:
