@@ -2,15 +2,16 @@
 greedy tokens equal eager's.
 
     python benchmarks/hf_generate.py [--model llama-1b|tiny] [--batch 1,8] [--cache static,dynamic]
-                                     [--tokens 64] [--rounds 3] [--out results.json]
+                                     [--systems eager,...] [--tokens 64] [--rounds 3] [--out results.json]
 
 Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
   eager        generate(..., disable_compile=True): HF otherwise compiles the forward itself on CUDA
   hf_compiled  generate(...) as HF ships it (static cache on CUDA: inductor, reduce-overhead); dynamic cache: eager
   backend      generate(..., compile_config=CompileConfig(backend=trident.dynamo.backend, mode=None)) for the
                static cache; `model.forward = torch.compile(model.forward, backend="trident")` for the dynamic one
-  trident_jit  trident.jit(model).generate(..., disable_compile=True); static: with one StaticCache of its own,
-               reset before each generate (passed as past_key_values)
+  trident_jit  trident.jit(model).generate(..., disable_compile=True), with the cache generate makes each call
+  hand_graph   (static cache, CUDA) one decode step of the model captured by hand as a CUDA graph and replayed:
+               the device time of a step, the floor for every system above
 ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after one
 warm-up generate (which compiles). Prints a table and writes JSON with the machine and versions.
 """
@@ -57,12 +58,7 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
     import trident
 
     kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0}
-    own_cache = None
-    if cache == "static" and system == "trident_jit":
-        # generate() makes a new StaticCache per call; trident.jit guards the cache object by identity, so each
-        # would compile anew. The way to use it: one cache of your own, reset before each generate.
-        own_cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
-    elif cache == "static":
+    if cache == "static":
         kwargs["cache_implementation"] = "static"
     ready = model
     if system == "trident_jit":
@@ -78,12 +74,44 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
             extra["compile_config"] = transformers.CompileConfig(backend=trident.dynamo.backend, mode=None)
         elif system == "backend":
             extra["disable_compile"] = True  # compiled by torch.compile(model.forward) already
-        if own_cache is not None:
-            own_cache.reset()
-            extra["past_key_values"] = own_cache
         return ready.generate(ids, max_new_tokens=n, min_new_tokens=n, **kwargs, **extra)
 
     return ready, run
+
+
+def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) -> float:
+    """ms per replay of one decode step (position `prompt`) captured by hand as a CUDA graph: device time."""
+    import transformers
+
+    model = build_model(args.model, device)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    config = model.config
+    cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
+                               dtype=torch.bfloat16, device=device)
+    inputs = {"input_ids": torch.ones(batch, 1, dtype=torch.long, device=device),
+              "position_ids": torch.full((batch, 1), args.prompt, device=device),
+              "cache_position": torch.tensor([args.prompt], device=device)}
+    step = lambda: model(**inputs, past_key_values=cache, use_cache=True).logits  # noqa: E731
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        graph.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            for _ in range(100):
+                graph.replay()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) / 100 * 1e3)
+    return statistics.median(times)
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
@@ -104,7 +132,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
         for batch in (int(b) for b in args.batch.split(",")):
             ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
             reference = None
-            for system in SYSTEMS:
+            for system in [s for s in SYSTEMS if s in args.systems.split(",")]:
                 cell: dict[str, Any] = {"model": args.model, "cache": cache, "batch": batch, "system": system}
                 try:
                     model = build_model(args.model, device)
@@ -133,6 +161,14 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                 model = ready = run = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+            if device.type == "cuda" and cache == "static" and "hand_graph" in args.systems.split(","):
+                cell = {"model": args.model, "cache": cache, "batch": batch, "system": "hand_graph"}
+                try:
+                    cell.update(status="ok", ms_per_token=hand_graph_ms(args, batch, device))
+                except Exception as e:  # noqa: BLE001
+                    cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
+                cells.append(cell)
+                print(json.dumps(cell), flush=True)
     return cells
 
 
@@ -149,17 +185,22 @@ def machine(device: torch.device) -> dict[str, Any]:
 
 
 def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["| cache | batch | system | ms/token | / eager | / hf_compiled | tokens = eager | status |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| cache | batch | system | ms/token | / eager | / hf_compiled | / hand_graph | tokens = eager | status |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
         same = [c for c in cells if c["cache"] == cell["cache"] and c["batch"] == cell["batch"] and c["status"] == "ok"]
         base = {c["system"]: c["ms_per_token"] for c in same}
         ms = cell.get("ms_per_token")
         ratio = lambda b: f"{ms / base[b]:.2f}x" if ms and base.get(b) else "-"  # noqa: E731
+        graph = [c for c in cells if c["batch"] == cell["batch"] and c["system"] == "hand_graph" and c["status"] == "ok"]
+        if graph:
+            base["hand_graph"] = graph[0]["ms_per_token"]
         lines.append(f"| {cell['cache']} | {cell['batch']} | {cell['system']} | {ms:.2f} | {ratio('eager')} | "
-                     f"{ratio('hf_compiled')} | {cell.get('tokens_equal_eager')} | {cell['status']} |"
+                     f"{ratio('hf_compiled')} | {ratio('hand_graph')} | {cell.get('tokens_equal_eager')} | "
+                     f"{cell['status']} |"
                      if ms is not None else
-                     f"| {cell['cache']} | {cell['batch']} | {cell['system']} | - | - | - | - | {cell.get('error', '')[:80]} |")
+                     f"| {cell['cache']} | {cell['batch']} | {cell['system']} | - | - | - | - | - | "
+                     f"{cell.get('error', '')[:80]} |")
     return "\n".join(lines)
 
 
@@ -168,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="llama-1b" if torch.cuda.is_available() else "tiny", choices=sorted(MODELS))
     p.add_argument("--batch", default="1")
     p.add_argument("--cache", default="static,dynamic")
+    p.add_argument("--systems", default=",".join(SYSTEMS + ("hand_graph",)))
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)

@@ -257,8 +257,8 @@ def test_function_kwargs_compile_and_args_are_refused() -> None:
 def test_generate_on_the_jitted_model_with_its_own_static_cache(family: str) -> None:
     """model.generate() on trident.jit(model), unchanged, with one StaticCache of the user's, reset before each
     generate: greedy tokens equal eager's; the decode steps run natively; compiles do not grow with the number of
-    new tokens or of generate calls. The prefill runs eagerly: first because it allocates the cache's tensors
-    (lazily, for real), then because HF reads the cache's position in Python there (masking_utils)."""
+    new tokens or of generate calls. Llama's prefill runs eagerly: HF reads the cache's position in Python there
+    (masking_utils); Qwen2's compiles too."""
     model, jitted, cache = _for_generate(family)
     ids = torch.tensor([[3, 17, 42]])
     kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "disable_compile": True}
@@ -277,8 +277,8 @@ def test_generate_on_the_jitted_model_with_its_own_static_cache(family: str) -> 
     assert compiles_after[1] == compiles_after[2] <= 3, (compiles_after, trident.explain(jitted))
     # Every call of the three generates (a prefill and n - 1 decode steps each) ran natively, but the prefills.
     calls = (1 + 3) + (1 + 8) * 2
-    assert 1 <= state.eager_calls <= 3 and sum(state.entry.hits()) + state.eager_calls == calls, trident.explain(jitted)
-    assert len(fallbacks) == state.eager_calls and "assigned traced values" in fallbacks[0].reason, fallbacks
+    assert state.eager_calls <= 3 and sum(state.entry.hits()) + state.eager_calls == calls, trident.explain(jitted)
+    assert len(fallbacks) == state.eager_calls, fallbacks
     assert all("assigned traced values" in e.reason or "bool(tensor)" in e.reason for e in fallbacks), fallbacks
 
 
@@ -338,21 +338,30 @@ def test_batch_8_generate_on_the_jitted_model() -> None:
     assert sum(state.entry.hits()) + state.eager_calls == 2 * 6 and state.eager_calls <= 2, trident.explain(jitted)
 
 
-def test_dynamic_cache_generate_on_the_jitted_model_runs_eagerly_after_two_captures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default DynamicCache assigns new tensors into itself at every step, which compiled code cannot
-    reproduce: each such call runs eagerly (eager's tokens), and once the same cache has done it twice, calls with
-    a DynamicCache are not captured again, also in later generates with new caches (no capture per step)."""
-    from trident import driver
-
-    captures: list[int] = []
-    trace_function = driver.trace_function
-    monkeypatch.setattr(driver, "trace_function", lambda *a, **k: (captures.append(1), trace_function(*a, **k))[1])
+def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times() -> None:
+    """generate() makes a new cache per call (the default DynamicCache, or a StaticCache with
+    cache_implementation="static"): a cache is a state object (capture/inputs.py), read at each call, so new
+    caches of one layout run the same specializations. DynamicCache's steps assign new tensors into the cache
+    (`self.keys = torch.cat(...)`), and StaticCache's prefill allocates its tensors lazily
+    (`self.keys = torch.zeros(...)`): compiled code makes those assignments too, so every call runs natively."""
     model, jitted, _ = _for_generate("llama")
     ids = torch.tensor([[3, 17, 42]])
-    kwargs: dict[str, Any] = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
-    with torch.no_grad(), allow_fallback() as fallbacks:
-        for _ in range(3):
-            assert torch.equal(jitted.generate(ids, **kwargs), model.generate(ids, **kwargs))
-    assert len(captures) == 2 and jit_state(jitted).eager_calls == 3 * 5, trident.explain(jitted)
-    assert "calls with objects of these types run eagerly from now on" in fallbacks[-1].reason, fallbacks[-1].reason
-    assert "past_key_values.layers[" in fallbacks[0].reason, fallbacks[0].reason
+    for implementation in ("dynamic", "static"):
+        kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "disable_compile": True,
+                                  "cache_implementation": implementation}
+        jitted = trident.jit(model)
+        compiles_after = []
+        with torch.no_grad(), allow_fallback() as fallbacks, count_compiles() as compiles:
+            for new_tokens in (4, 9, 9, 12):
+                expected = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs)
+                actual = jitted.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs)
+                assert torch.equal(actual, expected), (implementation, new_tokens)
+                compiles_after.append(compiles())
+        # The prefill's and the decode step's specializations, each once more when sizes first change.
+        assert compiles_after[1] == compiles_after[3] <= 4, (implementation, compiles_after, trident.explain(jitted))
+        state = jit_state(jitted)
+        calls = sum((1 + n - 1) for n in (4, 9, 9, 12))
+        assert sum(state.entry.hits()) + state.eager_calls == calls, trident.explain(jitted)
+        assert state.eager_calls == 0 and not fallbacks, trident.explain(jitted)
+        cache_class = "DynamicCache" if implementation == "dynamic" else "StaticCache"
+        assert f"past_key_values: {cache_class} object with attributes" in trident.explain(jitted)

@@ -49,7 +49,7 @@ def argument_structure(facts: CallFacts) -> tuple[object, ...]:
         + (() if (t := leaf.tensor) is None else (t.type_tag, str(t.dtype), str(t.device), len(t.sizes)))
         for leaf in facts.leaves
     )
-    sequences = tuple((s.path.param, s.path.items, s.kind, s.length, s.keys) for s in facts.sequences)
+    sequences = tuple((s.path.param, s.path.items, s.kind, s.length, s.keys, s.class_name) for s in facts.sequences)
     return leaves, sequences
 
 

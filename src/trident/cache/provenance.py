@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..capture.inputs import CallFacts, LeafKind, item_at
+from ..capture.inputs import CallFacts, LeafKind, is_state_object, item_at
 from .fingerprint import StateWalk, nested_codes
 
 Root = tuple[Any, ...]
@@ -82,7 +82,10 @@ def resolve_root(root: Root, fn: Callable[..., object], values: Sequence[object]
     if kind == "argument":
         value: object = values[root[1]] if root[1] < len(values) else _MISSING
         for i in root[2]:
-            if type(value) not in (tuple, list, dict) or i >= len(value):  # type: ignore[arg-type]
+            if type(value) in (tuple, list, dict):
+                if i >= len(value):  # type: ignore[arg-type]
+                    return _MISSING
+            elif not is_state_object(value) or i >= len(vars(value)):
                 return _MISSING
             value = item_at(value, i)
         return value

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..artifact import ReplayPlan
-from ..capture.guards import GuardSet
+from ..capture.guards import GuardSet, SequenceGuard
 from ..capture.inputs import CallFacts, LeafKind
 from ..capture.results import OutputTree
 from .code_deps import CodeDependency
@@ -50,6 +50,8 @@ class ConstantRecipe:
     kind "view":     a view of an earlier constant made at capture (capture/constant_views.py), made again from
                      `path` = (base constant index, sizes, strides, storage offset);
     kind "argument": the object of this call at argument path `path` (param, items), guarded by identity;
+    kind "argument_class": the class of this call's state object at `path`, which must be named `value`
+                     ("module:qualname"; a class defined in a function has no other name to find it by);
     kind "object":   the object reached first at `path` by walking the record's roots (a module or its
                      _parameters dict whose attributes a module-state guard reads);
     kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output;
@@ -95,13 +97,17 @@ class Record:
 
 
 def strip_live_objects(guards: GuardSet, facts: CallFacts) -> tuple[GuardSet, CallFacts]:
-    """Copies without the compiling call's objects (tensors, identity-guarded objects): a record holds facts."""
-    stripped_guards = dataclasses.replace(guards, identity_objects=[None] * len(guards.identity_objects))
+    """Copies without the compiling call's objects (tensors, identity-guarded objects, state objects' classes,
+    which slots.bind_call_objects takes from the loading call): a record holds facts."""
+    sequences = tuple(dataclasses.replace(s, cls=None) for s in facts.sequences)
+    stripped_guards = dataclasses.replace(
+        guards, identity_objects=[None] * len(guards.identity_objects), sequences=[SequenceGuard(s) for s in sequences]
+    )
     leaves = tuple(
         dataclasses.replace(leaf, value=None) if leaf.kind in (LeafKind.TENSOR, LeafKind.OBJECT) else leaf
         for leaf in facts.leaves
     )
-    return stripped_guards, CallFacts(leaves, facts.sequences)
+    return stripped_guards, CallFacts(leaves, sequences)
 
 
 def encode(record: Record) -> bytes:

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 import torch
 
 from ..artifact import BufferPoolSlot, LaunchSiteSlot
-from ..capture.guards import ABSENT, AttributeGuard, GuardSet, leaf_value
-from ..capture.inputs import LeafKind, LeafPath
+from .. import abi
+from ..capture.guards import ABSENT, AttributeGuard, GuardSet, SequenceGuard, leaf_value
+from ..capture.inputs import CallFacts, LeafKind, LeafPath, SequenceFact
 from ..capture.trace import Trace
 from . import launch_sites
 from .fingerprint import StateWalk, format_path, is_library_module
@@ -54,6 +55,8 @@ def resolve_slots(
         elif recipe.kind == "argument":
             param, items = recipe.path
             slots.append(leaf_value(LeafPath(param, items, ""), values, []))
+        elif recipe.kind == "argument_class":
+            slots.append(_class_at(recipe.path, str(recipe.value), values))
         elif recipe.kind == "value":
             slots.append(recipe.value)
         elif recipe.kind == "triton_launch":
@@ -68,12 +71,32 @@ def resolve_slots(
     return slots
 
 
-def bind_identity_objects(record: Record, values: Sequence[object]) -> GuardSet:
-    """The record's guards with this call's objects as the identity-guarded ones (see ConstantRecipe)."""
+def bind_call_objects(record: Record, values: Sequence[object]) -> tuple[GuardSet, CallFacts]:
+    """The record's guards and facts with this call's objects: the identity-guarded ones, and the classes of its
+    state objects (see ConstantRecipe)."""
     identity_objects: list[object] = list(record.guards.identity_objects)
     for ig in record.guards.identities:
         identity_objects[ig.constant_index] = leaf_value(ig.path, values, [])
-    return dataclasses.replace(record.guards, identity_objects=identity_objects)
+    sequences = tuple(
+        dataclasses.replace(s, cls=_class_at((s.path.param, s.path.items), s.class_name, values))
+        if s.kind == abi.SEQ_OBJECT else s
+        for s in record.facts.sequences
+    )
+    guards = dataclasses.replace(
+        record.guards, identity_objects=identity_objects, sequences=[SequenceGuard(s) for s in sequences]
+    )
+    return guards, CallFacts(record.facts.leaves, sequences)
+
+
+def _class_at(path: tuple[object, ...], name: str, values: Sequence[object]) -> type:
+    param, items = path
+    try:
+        cls = type(leaf_value(LeafPath(param, items, ""), values, []))  # type: ignore[arg-type]
+    except (IndexError, TypeError):
+        raise Rejected(f"this call has no object at argument path {path}") from None
+    if SequenceFact.name_of(cls) != name:
+        raise Rejected(f"the object at argument path {path} is a {SequenceFact.name_of(cls)}, the record's a {name}")
+    return cls
 
 
 def _object_at(walk: StateWalk, path: tuple[object, ...]) -> object:
@@ -119,6 +142,8 @@ def constant_recipes(
     identity_paths = {
         id(guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items) for ig in guards.identities
     }
+    class_paths = {id(sg.fact.cls): (sg.fact.path.param, sg.fact.path.items) for sg in reversed(guards.sequences)
+                   if sg.fact.cls is not None}  # reversed: the first object of each class wins
     recipes: list[ConstantRecipe] = []
     for i, obj in enumerate(slots):  # a pool or a launch site as the lowering described it
         if i < len(trace.constants):
@@ -148,7 +173,7 @@ def constant_recipes(
                     "could not find it again"
                 )
         else:
-            recipe, reason = _object_recipe(obj, live[i], identity_paths, walk.object_paths)
+            recipe, reason = _object_recipe(obj, live[i], identity_paths, walk.object_paths, class_paths)
             if recipe is None:
                 return [], reason
             recipes.append(recipe)
@@ -160,11 +185,16 @@ def _object_recipe(
     live: object,
     identity_paths: dict[int, tuple[object, ...]],
     object_paths: dict[int, tuple[object, ...]],
+    class_paths: dict[int, tuple[object, ...]],
 ) -> tuple[ConstantRecipe | None, str | None]:
     """The recipe of an artifact slot other than the trace's tensors (one branch per kind of object the lowering
     adds to the context), or why it has none. `live` is the object instantiated from the slot."""
     if id(obj) in identity_paths:
         return ConstantRecipe("argument", identity_paths[id(obj)]), None
+    if id(obj) in class_paths:  # the class a state-object guard compares with
+        return ConstantRecipe("argument_class", class_paths[id(obj)], SequenceFact.name_of(obj)), None  # type: ignore[arg-type]
+    if type(obj) in (torch.device, torch.dtype):  # a value guard's
+        return ConstantRecipe("value", value=obj), None
     if type(obj) in SCALAR_TYPES:
         return ConstantRecipe("value", value=obj), None
     if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)

@@ -55,7 +55,7 @@ from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_acc
 from .provenance import Root, argument_roots, function_roots, walk_roots
 from .record import CorruptRecord, Record, library_digest, strip_live_objects
 from .slots import (
-    Rejected, bind_attributes, bind_identity_objects, constant_recipes, persisted_attributes, resolve_slots,
+    Rejected, bind_attributes, bind_call_objects, constant_recipes, persisted_attributes, resolve_slots,
 )  # fmt: skip
 from .counters import stats
 
@@ -334,7 +334,8 @@ def _load_record(
         raise Rejected("the state the function closes over (attributes, globals, closure cells) differs")
     n = record.n_trace_constants
     slots = resolve_slots(record.constants[:n], [], walk, session.values)
-    guards = bind_attributes(bind_identity_objects(record, session.values), walk)
+    guards, facts = bind_call_objects(record, session.values)
+    guards = bind_attributes(guards, walk)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
     # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
@@ -365,7 +366,7 @@ def _load_record(
             launch_sites.load_variants(site, launch)  # type: ignore[arg-type]
     except launch_sites.LaunchSiteMismatch as e:
         raise Rejected(str(e)) from e
-    return Loaded(compiled, guards, record.facts, n, time.perf_counter() - start, path)
+    return Loaded(compiled, guards, facts, n, time.perf_counter() - start, path)
 
 
 # ---------------------------------------------------------------------------------------------------------

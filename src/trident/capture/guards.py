@@ -31,10 +31,7 @@ class SequenceGuard:
     fact: SequenceFact
 
     def describe(self) -> str:
-        if self.fact.kind == abi.SEQ_DICT:
-            return f"{self.fact.path.name}: dict with keys {list(self.fact.keys)}"
-        kind = "tuple" if self.fact.kind == abi.SEQ_TUPLE else "list"
-        return f"{self.fact.path.name}: {kind} of length {self.fact.length}"
+        return f"{self.fact.path.name}: {self.fact.describe()}"
 
 
 # What a TensorGuard checks of a tensor leaf besides its layout, as explain shows it: the Python check and the
@@ -100,7 +97,8 @@ class SymbolBinding:
 
 @dataclasses.dataclass(frozen=True)
 class ScalarGuard:
-    """An int / float / bool / None leaf. value None on an int means any int (bound to a symbol)."""
+    """An int / float / bool / None leaf, or a str / torch.device / torch.dtype (VALUE: equal, of the same type).
+    value None on an int means any int (bound to a symbol)."""
 
     path: LeafPath
     kind: LeafKind
@@ -495,6 +493,14 @@ def first_failure(
             value = leaf_value(g.fact.path, args, constants)
         except (IndexError, TypeError):
             return f"argument '{g.fact.path.name}': missing"
+        if g.fact.kind == abi.SEQ_OBJECT:
+            assert g.fact.cls is not None
+            if type(value) is not g.fact.cls:
+                return f"argument '{g.fact.path.name}': expected a {g.fact.cls.__qualname__}, got {type(value).__qualname__}"
+            now = tuple(getattr(value, "__dict__", {}))
+            if now != g.fact.keys:
+                return f"argument '{g.fact.path.name}': attributes mismatch: expected {list(g.fact.keys)}, got {list(now)}"
+            continue
         kind = {abi.SEQ_TUPLE: "tuple", abi.SEQ_LIST: "list", abi.SEQ_DICT: "dict"}[g.fact.kind]
         if type(value).__name__ != kind:
             return f"argument '{g.fact.path.name}': expected a {kind}, got {type(value).__name__}"
@@ -623,7 +629,7 @@ def _same_scalar(a: object, b: object) -> bool:
         import struct
 
         return struct.pack("<d", a) == struct.pack("<d", b)  # bitwise, as the native guard compares
-    return a == b
+    return type(a) is type(b) and a == b
 
 
 def group_alike(lines: list[str]) -> list[str]:

@@ -1,14 +1,25 @@
 """Describe a call's arguments as flat leaves with paths: what guards check and what the trace receives.
 
-A leaf is a tensor, an int, a float, a bool, None, or any other object (guarded by identity). Tuples, lists and
-dicts with str keys (exact types) are walked; their kind and length (a dict's keys, in order) become guards
-themselves. A dict's items are addressed by position, as Python iterates it.
+A leaf is a tensor, an int, a float, a bool, None, a str / torch.device / torch.dtype (compared by value), or
+any other object (guarded by identity). Tuples, lists and dicts with str keys (exact types) are walked; their
+kind and length (a dict's keys, in order) become guards themselves. A dict's items are addressed by position, as
+Python iterates it.
+
+State objects are walked too: instances of plain Python classes (a Hugging Face Cache and its layers, a
+dataclass of tensors) are described by their class and their instance `__dict__`, walked like an argument dict.
+Their tensors are then inputs of the program, read from the object on every call, instead of constants fixed by
+the object's identity: a new cache of the same layout (each `generate()` makes one) runs the same specialization.
+Modules, functions, classes, tensors and library objects stay objects guarded by identity (module state has its
+own guards, capture/module_state.py), as does a state object too large to walk or reached a second time.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
-from collections.abc import Sequence
+import functools
+import types
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -21,6 +32,7 @@ class LeafKind(enum.Enum):
     FLOAT = "float"
     BOOL = "bool"
     NONE = "none"
+    VALUE = "value"  # str, torch.device, torch.dtype: immutable, compared by equality (no user code runs)
     OBJECT = "object"  # anything else: guarded by identity, passed to the trace as itself
 
 
@@ -42,9 +54,22 @@ class LeafPath:
 @dataclasses.dataclass(frozen=True)
 class SequenceFact:
     path: LeafPath
-    kind: int  # abi.SEQ_TUPLE, abi.SEQ_LIST or abi.SEQ_DICT
+    kind: int  # abi.SEQ_TUPLE, abi.SEQ_LIST, abi.SEQ_DICT or abi.SEQ_OBJECT
     length: int
-    keys: tuple[str, ...] = ()  # a dict's keys in order
+    keys: tuple[str, ...] = ()  # a dict's keys in order; a state object's instance __dict__ keys in order
+    cls: type | None = None  # a state object's exact class (None in a disk-cache record: class_name names it)
+    class_name: str = ""  # "module:qualname" of cls
+
+    @staticmethod
+    def name_of(cls: type) -> str:
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    def describe(self) -> str:
+        if self.kind == abi.SEQ_OBJECT:
+            return f"{self.class_name.partition(':')[2]} object with attributes {list(self.keys)}"
+        if self.kind == abi.SEQ_DICT:
+            return f"dict with keys {list(self.keys)}"
+        return f"{'tuple' if self.kind == abi.SEQ_TUPLE else 'list'} of length {self.length}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,13 +146,19 @@ def classify(value: object) -> LeafKind:
         return LeafKind.FLOAT
     if value is None:
         return LeafKind.NONE
+    if type(value) in _VALUE_TYPES:
+        return LeafKind.VALUE
     return LeafKind.OBJECT
+
+
+_VALUE_TYPES = (str, torch.device, torch.dtype)
 
 
 def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallFacts:
     """Flatten bound argument values (in parameter order) into leaves and sequence facts."""
     leaves: list[Leaf] = []
     sequences: list[SequenceFact] = []
+    walked: set[int] = set()  # state objects walked so far: one reached again is an object leaf
 
     def walk(value: object, path: LeafPath) -> None:
         if _is_argument_dict(value):
@@ -142,6 +173,15 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
             for i, item in enumerate(value):  # type: ignore[arg-type]
                 walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{i}]"))
             return
+        if id(value) not in walked and _walkable_state(value, walked):
+            walked.add(id(value))
+            attributes = vars(value)
+            cls = type(value)
+            sequences.append(SequenceFact(path, abi.SEQ_OBJECT, len(attributes), tuple(attributes), cls,
+                                          SequenceFact.name_of(cls)))
+            for i, (key, item) in enumerate(list(attributes.items())):
+                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}.{key}"))
+            return
         kind = classify(value)
         fact = tensor_fact(value) if kind is LeafKind.TENSOR else None  # type: ignore[arg-type]
         if kind is LeafKind.TENSOR and fact is None:
@@ -153,18 +193,165 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
     return CallFacts(tuple(leaves), tuple(sequences))
 
 
+# A state object is walked only when everything below it is small: a call's guards read every leaf it has.
+_MAX_STATE_ITEMS = 2048
+_MAX_STATE_DEPTH = 8
+
+
+def is_state_object(value: object) -> bool:
+    """An instance of a plain Python class whose instance __dict__ (str keys) is its state: not a module, a
+    function, a class, a tensor, a container or an object of torch's, Triton's or Python's own."""
+    cls = type(value)
+    if isinstance(value, _NOT_STATE) or cls.__module__ in ("builtins", "functools", "enum") or \
+            cls.__module__.startswith(("torch.", "torch_mlir", "triton.", "trident.", "sympy.")):
+        return False
+    attributes = getattr(value, "__dict__", None)
+    return type(attributes) is dict and all(type(k) is str for k in attributes)
+
+
+def _walkable_state(value: object, walked: set[int]) -> bool:
+    """A state object whose walk stays within the bounds, reaching no state object twice (a cycle, a shared
+    layer): such an object is guarded by identity instead, as a whole."""
+    if not is_state_object(value):
+        return False
+    count = 0
+    seen = set(walked)
+
+    def fits(obj: object, depth: int) -> bool:
+        nonlocal count
+        count += 1
+        if count > _MAX_STATE_ITEMS or depth > _MAX_STATE_DEPTH:
+            return False
+        if type(obj) in (tuple, list) or _is_argument_dict(obj):
+            items = obj.values() if type(obj) is dict else obj  # type: ignore[union-attr]
+            return all(fits(item, depth + 1) for item in items)  # type: ignore[union-attr]
+        if is_state_object(obj):
+            if id(obj) in seen:
+                return False
+            seen.add(id(obj))
+            return all(fits(item, depth + 1) for item in vars(obj).values())
+        return True
+
+    return fits(value, 0)
+
+
+_NOT_STATE = (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.FunctionType, types.MethodType,
+              types.BuiltinFunctionType, functools.partial, enum.Enum, BaseException, tuple, list, dict, set,
+              frozenset)
+
+
 def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]) -> list[object]:
-    """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`)."""
+    """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`). State
+    objects are the objects themselves, holding what `installed_in_state` put there."""
     def build(value: object, path: LeafPath) -> object:
         if _is_argument_dict(value):
             return {k: build(v, LeafPath(path.param, path.items + (i,), "")) for i, (k, v) in enumerate(value.items())}  # type: ignore[attr-defined]
         if type(value) in (tuple, list):
             items = [build(item, LeafPath(path.param, path.items + (i,), "")) for i, item in enumerate(value)]  # type: ignore[arg-type]
             return tuple(items) if type(value) is tuple else items
+        if _key(path) in objects:
+            return value
         return by_path[_key(path)]
 
     by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+    objects = {_key(s.path) for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
     return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
+
+
+def state_objects(values: Sequence[object], facts: CallFacts) -> dict[int, LeafPath]:
+    """id -> path of the call's state objects (the objects themselves are the caller's, alive through the call)."""
+    out: dict[int, LeafPath] = {}
+    for s in facts.sequences:
+        if s.kind == abi.SEQ_OBJECT:
+            value: object = values[s.path.param]
+            for i in s.path.items:
+                value = item_at(value, i)
+            out[id(value)] = s.path
+    return out
+
+
+class InstalledState:
+    """The call's state objects while a trace runs (installed_in_state): what the function assigned into them."""
+
+    def __init__(self) -> None:
+        self.objects: list[tuple[LeafPath, object, dict[str, object], dict[str, object]]] = []  # path, obj, own, put
+
+    def assigned(self) -> list[tuple[LeafPath, str, object]]:
+        """(object path, attribute, value) of each attribute the function assigned, in the order the object's
+        instance dict now holds them: compiled code makes the same assignments after its run (a DynamicCache's
+        `self.keys = torch.cat(...)`). Deleting an attribute is not something it reproduces."""
+        out: list[tuple[LeafPath, str, object]] = []
+        for path, obj, _, put in self.objects:
+            now = vars(obj)
+            gone = [k for k in put if k not in now]
+            if gone:
+                from .. import exc
+
+                raise exc.UnsupportedConstruct(
+                    f"the function deletes attribute {gone[0]!r} of '{path.name}', which compiled code does not reproduce"
+                )
+            out += [(path, k, v) for k, v in now.items() if k not in put or put[k] is not v]
+        return out
+
+
+@contextlib.contextmanager
+def installed_in_state(
+    values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]
+) -> Iterator[InstalledState]:
+    """While the trace runs, the call's state objects hold leaf_values[i] in place of their leaves (a cache's
+    tensors are the trace's inputs): their instance dicts and the lists and dicts inside them are written in
+    place, tuples inside them replaced. Afterwards each state object's instance dict is its own again, whatever
+    the function assigned (the trace records those assignments: InstalledState.assigned); the lists and dicts
+    inside get their own values back where they still hold what was put there (what the function changed in
+    them is the caller's to see: user_state.py)."""
+    by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+    names = {_key(s.path): s.path for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
+    written: list[tuple[object, object, object, object]] = []  # (list or dict, key, own value, put there)
+    installed = InstalledState()
+
+    def install(value: object, path: LeafPath, inside_state: bool) -> object:
+        key = _key(path)
+        if key in by_path:
+            return by_path[key]
+        if key in names:
+            own = dict(vars(value))
+            put = {k: install(item, LeafPath(path.param, path.items + (i,), ""), True)
+                   for i, (k, item) in enumerate(own.items())}
+            installed.objects.append((names[key], value, own, put))
+            vars(value).update(put)
+            return value
+        if inside_state and type(value) in (list, dict):
+            entries = list(value.items()) if type(value) is dict else list(enumerate(value))  # type: ignore[union-attr,arg-type]
+            for i, (k, item) in enumerate(entries):
+                new = install(item, LeafPath(path.param, path.items + (i,), ""), True)
+                if new is not item:
+                    written.append((value, k, item, new))
+                    value[k] = new  # type: ignore[index]
+            return value
+        # A tuple (rebuilt), or a container outside every state object (rebuild_arguments rebuilds it).
+        items = list(value.values()) if type(value) is dict else list(value)  # type: ignore[union-attr,call-overload]
+        new_items = [install(item, LeafPath(path.param, path.items + (i,), ""), inside_state)
+                     for i, item in enumerate(items)]
+        if type(value) is tuple and any(a is not b for a, b in zip(new_items, items)):
+            return tuple(new_items)
+        return value
+
+    try:
+        if names:
+            for i, value in enumerate(values):
+                install(value, LeafPath(i, (), ""), False)
+        yield installed
+    finally:
+        for store, k, own, put in reversed(written):
+            try:
+                if store[k] is put:  # type: ignore[index]
+                    store[k] = own  # type: ignore[index]
+            except (IndexError, KeyError):
+                continue  # the function removed it: that is its change to make
+        for _, obj, own, _ in installed.objects:
+            attributes = vars(obj)
+            attributes.clear()
+            attributes.update(own)
 
 
 def _is_argument_dict(value: object) -> bool:
@@ -173,10 +360,13 @@ def _is_argument_dict(value: object) -> bool:
 
 
 def item_at(container: object, index: int) -> object:
-    """The item a leaf path's step `index` names: a tuple's or list's item, a dict's value at that position."""
+    """The item a leaf path's step `index` names: a tuple's or list's item, a dict's value at that position, a
+    state object's attribute at that position of its instance __dict__."""
     if type(container) is dict:
         return list(container.values())[index]  # type: ignore[union-attr]
-    return container[index]  # type: ignore[index]
+    if type(container) in (tuple, list):
+        return container[index]  # type: ignore[index]
+    return list(vars(container).values())[index]
 
 
 def _key(path: LeafPath) -> tuple[int, tuple[int, ...]]:

@@ -10,13 +10,13 @@ same type holding the same objects.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from .. import exc
 from ..artifact import ResultBuilderSlot
-from .inputs import Leaf, LeafKind
+from .inputs import Leaf, LeafKind, LeafPath
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,24 +24,35 @@ class OutputTree:
     """How to rebuild the function's result: a tuple/list of subtrees, or one leaf.
 
     A leaf is ("graph", i): the i-th graph output; ("const", v): a Python value fixed at capture;
-    ("input", leaf_index): an argument returned as itself (a tensor, or an object guarded by identity).
+    ("input", leaf_index): an argument returned as itself (a tensor, or an object guarded by identity);
+    ("state", value=LeafPath): a state object of the call (capture/inputs.py) returned as itself.
     A result Python builds from parts (a dataclass such as Hugging Face's ModelOutput, a named tuple, a dict)
     is a tuple whose first child is the const ResultBuilderSlot the native entry builds it with (_flatten_output)."""
 
-    kind: str  # "tuple", "list", "graph", "const", "input"
+    kind: str  # "tuple", "list", "graph", "const", "input", "state"
     children: tuple[OutputTree, ...] = ()
     index: int = 0
     value: object = None
 
 
+@dataclasses.dataclass(frozen=True)
+class StateWrite:
+    """An attribute the traced function assigned into a state object of the call (capture/inputs.py): compiled
+    code assigns `value` (built like a result) to attribute `name` of the object at `path` after its run."""
+
+    path: LeafPath
+    name: str
+    value: OutputTree
+
+
 def flatten_output(
     value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
-    leaves: Sequence[Leaf] = (),
+    leaves: Sequence[Leaf] = (), state: Mapping[int, LeafPath] | None = None,
 ) -> OutputTree:
     """How compiled code rebuilds `value`, the function's result; its tensors and symbolic scalars are appended
     to graph_outputs. A result with a built part somewhere below a tuple or list is headed by a builder without
     a type, which tells the entry to look for the parts (csrc/entry.cpp, build_nested)."""
-    tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves)
+    tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves, state or {})
     if built and not _is_built(tree):
         tree = OutputTree("tuple", (OutputTree("const", value=ResultBuilderSlot(None, (), True)), tree))
     return tree
@@ -49,11 +60,11 @@ def flatten_output(
 
 def _flatten_value(
     value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
-    leaves: Sequence[Leaf],
+    leaves: Sequence[Leaf], state: Mapping[int, LeafPath],
 ) -> tuple[OutputTree, bool]:
     """The tree of `value`, and whether it holds a built result."""
     if type(value) in (tuple, list):
-        items = [_flatten_value(v, graph_outputs, placeholders, traced, leaves) for v in value]  # type: ignore[union-attr]
+        items = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state) for v in value]  # type: ignore[union-attr]
         kind = "tuple" if type(value) is tuple else "list"
         return OutputTree(kind, tuple(tree for tree, _ in items)), any(built for _, built in items)
     if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -62,11 +73,13 @@ def _flatten_value(
                 return OutputTree("input", index=leaf_index), False
         graph_outputs.append(value)  # symbolic floats and bools come back as Python floats and bools
         return OutputTree("graph", index=len(graph_outputs) - 1), False
-    if value is None or type(value) in (int, float, bool, str):
+    if value is None or type(value) in (int, float, bool, str, torch.device, torch.dtype):
         return OutputTree("const", value=value), False
     for leaf_index, leaf in enumerate(leaves):
         if leaf.kind is LeafKind.OBJECT and leaf.value is value:  # guarded by identity: the call's own object
             return OutputTree("input", index=leaf_index), False
+    if id(value) in state:  # a state object of the call (a Hugging Face Cache): read from the call again
+        return OutputTree("state", value=state[id(value)]), False
     parts = _constructor_parts(value)
     if parts is None:
         raise exc.UnsupportedConstruct(
@@ -75,7 +88,7 @@ def _flatten_value(
             "Return a tuple instead."
         )
     cls, names, items = parts
-    children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves) for v in items]
+    children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state) for v in items]
     nested = any(built for _, built in children)
     head = OutputTree("const", value=ResultBuilderSlot(cls, names, nested))
     return OutputTree("tuple", (head, *(tree for tree, _ in children))), True

@@ -46,10 +46,10 @@ from .. import exc
 from ..knobs import CompileOptions
 from ..frames import in_library
 from .constant_views import fold_constant_views
-from .inputs import NOT_PASSED, CallFacts, Leaf, LeafKind, LeafPath, rebuild_arguments
+from .inputs import NOT_PASSED, CallFacts, Leaf, LeafKind, LeafPath, installed_in_state, rebuild_arguments, state_objects
 from .kept_fakes import recipe_of, remember_constant_computations, replay
 from .python_kernels import Report, Retry, registered_during_capture, seeing_through
-from .results import OutputTree, flatten_output
+from .results import OutputTree, StateWrite, flatten_output
 from .specialize import ScalarLowering, symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 from .user_state import UserState
@@ -116,6 +116,8 @@ class Trace:
     derived_constants: dict[int, int] = dataclasses.field(default_factory=dict)
     # Python-implemented ops traced into or kept opaque (python_kernels.py).
     see_through: Report = dataclasses.field(default_factory=Report)
+    # Attributes the function assigned into the call's state objects, made again by compiled code after its run.
+    state_writes: tuple[StateWrite, ...] = ()
 
 
 _state = threading.local()
@@ -571,6 +573,7 @@ def _trace_once(
     # Outside `with fake_mode`: there, t.detach() would already be a (static) fake tensor.
     fakes = {i: _fake_leaf(facts.leaves[i], fake_mode, dynamism) for i in traced}
     output_holder: list[OutputTree] = []
+    writes_holder: list[StateWrite] = []
     see_through_holder = []
 
     def flat_fn(*placeholders: object) -> list[object]:
@@ -582,11 +585,17 @@ def _trace_once(
         # A keyword of **kwargs that this call did not pass has a slot (NOT_PASSED): the function does not get it.
         keywords = {k: v for k, v in zip(param_names[n_positional:], args[n_positional:]) if v is not NOT_PASSED}
         # Entered inside make_fx: above its proxy mode, so Python kernels are traced into before it records.
-        with seeing_through(lambda: mode, opaque, options) as see_through:
+        with seeing_through(lambda: mode, opaque, options) as see_through, \
+                installed_in_state(values, facts, leaf_values) as state:
             see_through_holder.append(see_through)
             result = fn(*positional, **keywords)
-        graph_outputs: list[object] = []
-        output_holder.append(flatten_output(result, graph_outputs, placeholders, traced, facts.leaves))
+            graph_outputs: list[object] = []
+            objects = state_objects(values, facts)
+            output_holder.append(flatten_output(result, graph_outputs, placeholders, traced, facts.leaves, objects))
+            writes_holder.extend(
+                StateWrite(path, name, flatten_output(value, graph_outputs, placeholders, traced, facts.leaves, objects))
+                for path, name, value in state.assigned()
+            )
         return graph_outputs
 
     from .triton_launches import intercept_triton_launches  # imports triton: only when tracing
@@ -607,7 +616,7 @@ def _trace_once(
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
     derived = fold_constant_views(gm, len(traced), constants, fake_constants)
     trace = Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived,
-                  see_through_holder[0].report)
+                  see_through_holder[0].report, tuple(writes_holder))
     return trace, pinned
 
 

@@ -152,9 +152,19 @@ TRIDENT_API int32_t trident_is_none(PyObject* obj);
 /* 1 if obj is exactly a tuple (kind TRIDENT_SEQ_TUPLE), list (TRIDENT_SEQ_LIST) or dict (TRIDENT_SEQ_DICT; its
  * keys are checked by trident_dict_keys_are) of exactly `length` items; else 0. */
 TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t length);
-/* Borrowed item `index` of a tuple or list, or the value at position `index` of a dict, already checked by
- * trident_check_sequence. */
+/* Borrowed item `index` of a tuple or list, the value at position `index` of a dict, or of a state object's
+ * instance __dict__, already checked by trident_check_sequence or trident_check_object (NULL past the end). */
 TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
+/* 1 if obj's type is exactly `cls` and its instance __dict__ holds exactly `keys` (a tuple of str), in order: a
+ * state object (TRIDENT_SEQ_OBJECT) walked like an argument dict; else 0. Never raises. */
+TRIDENT_API int32_t trident_check_object(PyObject* obj, PyObject* cls, PyObject* keys);
+/* Sets entry `name` (a str) of a state object's instance __dict__ to `value` (a new reference of its own is
+ * taken): an assignment the traced function made (`self.keys = torch.cat(...)`), made again after a run. 1, or 0
+ * with a Python exception set. */
+TRIDENT_API int32_t trident_state_write(PyObject* obj, PyObject* name, PyObject* value);
+/* 1 if obj has exactly the type of `expected` and equals it (str, torch.device, torch.dtype: types whose equality
+ * is C code); else 0. Never raises. */
+TRIDENT_API int32_t trident_equals(PyObject* obj, PyObject* expected);
 
 /* Borrowed value of `name` (a str) in obj's instance __dict__ (descriptors and __getattr__ are not consulted, so
  * no Python code runs), or NULL when obj has no __dict__ or no such entry. Module attribute guards read a module's
@@ -168,6 +178,7 @@ TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2
 #define TRIDENT_SEQ_DICT 3 /* an argument dict with str keys: its keys, in order, are guarded like a length */
+#define TRIDENT_SEQ_OBJECT 4 /* a state object: its class and its instance __dict__'s keys, in order */
 
 /* Process-wide state a specialization depends on, packed into the TRIDENT_STATE_* fields below (-1 if it
  * cannot be read, which matches no compiled state). */

@@ -48,28 +48,65 @@ TRIDENT_API int32_t trident_check_sequence(PyObject* obj, int64_t kind, int64_t 
   return 0;
 }
 
-TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
-  // Checked by trident_check_sequence first, so the exact type tells which macro applies.
-  if (PyTuple_CheckExact(obj)) return PyTuple_GET_ITEM(obj, index);
-  if (PyList_CheckExact(obj)) return PyList_GET_ITEM(obj, index);
-  Py_ssize_t position = 0;  // a dict: its value at `index` in insertion order (argument dicts are small)
-  PyObject *key, *value = nullptr;
-  for (int64_t i = 0; i <= index; ++i) {
-    if (!PyDict_Next(obj, &position, &key, &value)) return nullptr;
-  }
-  return value;
-}
+namespace {
 
-TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name) {
-  // The instance __dict__ only: no descriptors, no __getattr__, so no Python code runs in a guard.
-  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // new reference, or NULL (no __dict__)
+// Borrowed instance __dict__ of obj, or NULL (none). The object keeps its dict, and so its values, alive.
+PyObject* instance_dict(PyObject* obj) {
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // new reference, or NULL
   if (dict == nullptr) {
     PyErr_Clear();
     return nullptr;
   }
-  PyObject* value = trident_dict_item(dict, name);
-  Py_DECREF(dict);  // obj keeps its __dict__, and so the value, alive
+  Py_DECREF(dict);
+  return dict;
+}
+
+}  // namespace
+
+TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
+  // Checked by trident_check_sequence / trident_check_object first, so the exact type tells which case applies.
+  if (PyTuple_CheckExact(obj)) return PyTuple_GET_ITEM(obj, index);
+  if (PyList_CheckExact(obj)) return PyList_GET_ITEM(obj, index);
+  PyObject* dict = PyDict_CheckExact(obj) ? obj : instance_dict(obj);
+  if (dict == nullptr) return nullptr;
+  Py_ssize_t position = 0;  // its value at `index` in insertion order (argument dicts and state are small)
+  PyObject *key, *value = nullptr;
+  for (int64_t i = 0; i <= index; ++i) {
+    if (!PyDict_Next(dict, &position, &key, &value)) return nullptr;
+  }
   return value;
+}
+
+TRIDENT_API int32_t trident_check_object(PyObject* obj, PyObject* cls, PyObject* keys) {
+  if ((PyObject*)Py_TYPE(obj) != cls) return 0;
+  PyObject* dict = instance_dict(obj);
+  return dict != nullptr && PyDict_CheckExact(dict) ? trident_dict_keys_are(dict, keys) : 0;
+}
+
+TRIDENT_API int32_t trident_state_write(PyObject* obj, PyObject* name, PyObject* value) {
+  PyObject* dict = instance_dict(obj);
+  if (dict == nullptr) {
+    PyErr_Format(PyExc_SystemError, "trident: a %s object of the call has no instance __dict__",
+                 Py_TYPE(obj)->tp_name);
+    return 0;
+  }
+  return PyDict_SetItem(dict, name, value) == 0 ? 1 : 0;
+}
+
+TRIDENT_API int32_t trident_equals(PyObject* obj, PyObject* expected) {
+  if (Py_TYPE(obj) != Py_TYPE(expected)) return 0;
+  const int same = PyObject_RichCompareBool(obj, expected, Py_EQ);
+  if (same < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return same;
+}
+
+TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name) {
+  // The instance __dict__ only: no descriptors, no __getattr__, so no Python code runs in a guard.
+  PyObject* dict = instance_dict(obj);
+  return dict == nullptr ? nullptr : trident_dict_item(dict, name);
 }
 
 TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key) {

@@ -48,7 +48,13 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     for ag in guards.attributes:  # module state first: a flipped `training` flag misses at once
         _lower_attribute(fb, access, pool, ag)
 
-    for sg in guards.sequences:
+    for sg in guards.sequences:  # parents before their items: an item is read only once its parent matched
+        if sg.fact.kind == abi.SEQ_OBJECT:  # its class and attribute names, in order
+            ok = fb.call(abi.CHECK_OBJECT, [access.object(sg.fact.path), access.constant(pool.add(sg.fact.cls)),
+                                            access.constant(pool.add(sg.fact.keys))])
+            assert ok is not None
+            fb.check_nonzero(ok)
+            continue
         ok = fb.call(abi.CHECK_SEQUENCE, [access.object(sg.fact.path), fb.const(sg.fact.kind), fb.const(sg.fact.length)])
         assert ok is not None
         fb.check_nonzero(ok)
@@ -60,7 +66,10 @@ def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: Const
     # Scalars and identities before tensors: a specialization for another value of an int (a position compiled
     # at 0 before it became symbolic) then misses at once, not after reading every tensor of the call.
     for scalar in guards.scalars:
-        _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
+        if scalar.kind is LeafKind.VALUE:
+            _check_equal(fb, access.object(scalar.path), access.constant(pool.add(scalar.value)))
+        else:
+            _lower_scalar(fb, access, scalar.path, scalar.kind, scalar.value)
 
     for ig in guards.identities:
         expected_obj = access.constant(pool.add(guards.identity_objects[ig.constant_index]))
@@ -163,9 +172,18 @@ def _lower_attribute(fb: FunctionBuilder, access: LeafAccess, pool: ConstantPool
         fb.check(fb.cmp("eq", address, fb.const(0)))
     elif ag.kind is LeafKind.OBJECT:  # the context holds the object, so its address is never reused
         fb.check(fb.cmp("eq", address, _address(fb, access.constant(pool.add(ag.value)))))
+    elif ag.kind is LeafKind.VALUE:
+        fb.check(fb.cmp("ne", address, fb.const(0)))
+        _check_equal(fb, value, access.constant(pool.add(ag.value)))
     else:
         fb.check(fb.cmp("ne", address, fb.const(0)))
         _lower_scalar_object(fb, value, ag.kind, ag.value)
+
+
+def _check_equal(fb: FunctionBuilder, obj: str, expected: str) -> None:
+    same = fb.call(abi.EQUALS, [obj, expected])
+    assert same is not None
+    fb.check_nonzero(same)
 
 
 def _lower_scalar(fb: FunctionBuilder, access: LeafAccess, path: LeafPath, kind: LeafKind, value: object) -> None:

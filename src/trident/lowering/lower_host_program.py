@@ -26,7 +26,7 @@ from torch_mlir import ir
 from .. import exc
 from ..artifact import BufferPoolSlot, LaunchSiteSlot
 from ..capture.inputs import LeafPath
-from ..capture.results import OutputTree
+from ..capture.results import OutputTree, StateWrite
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
@@ -156,12 +156,14 @@ class HostProgramLowering:
         launches: Sequence[object] = (),
         pool_allocations: bool = False,
         private_views: bool = True,
+        state_writes: Sequence[StateWrite] = (),
     ) -> None:
         self.fb = FunctionBuilder(module, name, self.PARAMS, abi.RUN_RESULT, fail_value=abi.ERROR)
         self.access = LeafAccess(self.fb, "%ctx", "%slots")
         self.main = main
         self.placeholders = placeholders
         self.outputs = outputs
+        self.state_writes = state_writes  # assigned into the call's state objects once the result is built
         self.input_paths = input_paths  # leaf index -> path, for outputs returning an argument itself
         self.pool = pool
         self.ops = ops
@@ -570,6 +572,14 @@ class HostProgramLowering:
         fb = self.fb
         returned = [self.values[v] for v in op.operands]
         result, _ = self._build(self.outputs, returned)
+        for write in self.state_writes:
+            value, slot = self._build(write.value, returned)
+            name = self.access.constant(self.pool.add(write.name))
+            ok = fb.call(abi.STATE_WRITE, [self.access.object(write.path), name, value])
+            assert ok is not None
+            fb.check_nonzero(ok)
+            fb.call(abi.DECREF, [value])  # the object holds it now
+            self.temps.forget(slot)
         fb.store(result, PTR, "%result")
         for lowered in list(self.values.values()):
             self._release(lowered)
@@ -592,6 +602,8 @@ class HostProgramLowering:
             obj = fb.call(abi.NEW_REF, [self.access.constant(self.pool.add(tree.value))])
         elif tree.kind == "input":
             obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
+        elif tree.kind == "state":
+            obj = fb.call(abi.NEW_REF, [self.access.object(tree.value)])  # type: ignore[arg-type]
         else:
             obj = self._returned_object(returned[tree.index])
         assert obj is not None

@@ -91,6 +91,7 @@ def compile_specialization(
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
             launches, pool_allocations=options.pool_allocations, private_views=options.private_views,
+            state_writes=trace.state_writes,
         )
         host.run()
         aten_calls.extend(host.aten_calls)
@@ -105,6 +106,7 @@ def compile_specialization(
                 plan[0] = lower_replay_plan(
                     builder, f"trident_replay_words_{index}", main, sources, trace.outputs, input_paths, pool, ops,
                     launches, options.pool_allocations, static, private_views=options.private_views,
+                    state_writes=trace.state_writes,
                 )  # fmt: skip
             except Exception as e:  # noqa: BLE001 - a bug of the optional plan must not cost the program its compile
                 if options.strict:

@@ -30,7 +30,7 @@ from torch_mlir import ir
 from .. import exc
 from ..artifact import ReplayPlan
 from ..capture.inputs import LeafPath
-from ..capture.results import OutputTree
+from ..capture.results import OutputTree, StateWrite
 from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import I64, PTR, ModuleBuilder
 from . import runtime_abi as abi
@@ -196,10 +196,10 @@ class ReplayPlanLowering(HostProgramLowering):
         self, module: ModuleBuilder, name: str, main: ir.Operation, placeholders: Sequence[PlaceholderSource],
         outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
         launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
-        private_views: bool = True,
+        private_views: bool = True, state_writes: Sequence[StateWrite] = (),
     ) -> None:  # fmt: skip
         super().__init__(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                         pool_allocations, private_views)  # fmt: skip
+                         pool_allocations, private_views, state_writes)  # fmt: skip
         self.static_geometry = static_geometry  # per block argument: its sizes and strides are constants
         self.word_of: dict[str, int] = {}  # SSA value -> its word
         self.addresses: dict[str, str] = {}  # SSA of a root's handle -> SSA of its data address
@@ -395,12 +395,12 @@ def lower_replay_plan(
     module: ModuleBuilder, name: str, main: ir.Operation, placeholders: Sequence[PlaceholderSource],
     outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
     launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
-    private_views: bool = True,
+    private_views: bool = True, state_writes: Sequence[StateWrite] = (),
 ) -> ReplayPlan | str:
     """The plan of the program in @main with its function added to `module`, or why it has none (nothing added
     then but unused declarations)."""
     lowering = ReplayPlanLowering(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                                  pool_allocations, static_geometry, private_views)  # fmt: skip
+                                  pool_allocations, static_geometry, private_views, state_writes)  # fmt: skip
     try:
         return lowering.plan()
     except Ineligible as e:
