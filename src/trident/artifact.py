@@ -71,6 +71,15 @@ class ReplayPlan:
     steps: tuple[tuple[bool, tuple[tuple[int, int], ...]], ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class NoReplayPlan:
+    """Why a specialization has no replay plan; `by_knob`: TRIDENT_REPLAY_PLAN or TRIDENT_CUDA_GRAPHS turned it off
+    (explain then says nothing of plans)."""
+
+    reason: str
+    by_knob: bool = False
+
+
 @dataclasses.dataclass
 class Artifact:
     """One specialization as the compiler made it: its code, the symbols of its guard and run functions, the
@@ -83,4 +92,7 @@ class Artifact:
     aten_calls: list[str]  # every ATen call of the host program, in order (explain)
     slots: list[object]  # ctx->constants: objects, BufferPoolSlot and LaunchSiteSlot
     stages: dict[str, str] = dataclasses.field(default_factory=dict)  # stage name -> IR text (empty when loaded)
-    replay_plan: ReplayPlan | str = "not lowered"  # or why the program has none
+    replay_plan: ReplayPlan | NoReplayPlan = NoReplayPlan("not lowered")
+    # Attributes of the call's state objects its run assigns (capture/results.StateWrite): a run is then not
+    # repeatable on the same arguments, which recording and proving a CUDA graph would do.
+    state_writes: tuple[str, ...] = ()

@@ -133,9 +133,11 @@ class JitFunction:
         # runtime already, else at the first call (make_entry; lazy_entry.py, module.py).
         self._entry: object | None = None
         self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (to take a call slot)
+        self.specializations: list[Specialization] = []
+        # The entry's graph recorder, and why a specialization has no graph (runtime/cuda_graphs.py).
+        self.graphs = cuda_graphs.GraphRecorder(lambda index: self.specializations[index].compiled)
         if runtime_loaded():
             self.make_entry()
-        self.specializations: list[Specialization] = []
         self.dynamism = Dynamism()
         self.misses = 0
         self.eager_calls = 0
@@ -179,8 +181,7 @@ class JitFunction:
     def use_cuda_graphs(self, on: bool) -> None:
         """Record and replay CUDA graphs for this function's specializations (TRIDENT_CUDA_GRAPHS=1 turns it on
         for every function; runtime/cuda_graphs.py). Off drops no graph already recorded."""
-        recorder = functools.partial(cuda_graphs.record, self) if on else None
-        self.entry.set_graph_recorder(recorder, cuda_graphs.RECORD_AT_HIT)
+        self.entry.set_graph_recorder(self.graphs if on else None, cuda_graphs.RECORD_AT_HIT)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     @functools.cached_property
@@ -548,7 +549,7 @@ class JitFunction:
                 lines += [f"    {line}" for line in describe_pool(pool)]
             if spec.disk_cache:
                 lines.append(f"    disk cache: {spec.disk_cache}")
-            lines += [f"    {line}" for line in cuda_graphs.describe(self, spec.index)]
+            lines += [f"    {line}" for line in self.graphs.describe(self._entry, spec.index)]
         if self.last_miss_reason is not None:
             lines.append(f"last miss: {self.last_miss_reason}")
         if self.eager_reason is not None:

@@ -385,7 +385,7 @@ def test_a_replay_plan_is_stored_with_its_specialization(disk_cache: Path) -> No
             plans.append(spec.compiled.artifact.replay_plan)
         assert compiles() == 1 and "loaded from the disk cache" in trident.explain(jitted)
     compiled_plan, loaded_plan = plans
-    assert loaded_plan == compiled_plan and not isinstance(loaded_plan, str), loaded_plan
+    assert loaded_plan == compiled_plan and isinstance(loaded_plan, ReplayPlan), loaded_plan
     address = spec.compiled.native.address(loaded_plan.symbol)
     words = load_runtime().replay_words(address, spec.compiled.context, (x, 3), loaded_plan.words)
     assert sorted(words) == sorted([x.data_ptr(), table[3].data_ptr()]), words

@@ -83,7 +83,7 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
     # except the first call of a position Triton specializes anew (== 1, % 16 == 0), which needs Triton's
     # launcher to compile that variant: it runs directly, and later replays patch the new variant in.
     assert graphs["replays"] + graphs["misses"] == hits - cuda_graphs.RECORD_AT_HIT, text
-    assert graphs["misses"] <= 4 and len(graphs["recordings"]) == 1 and not graphs["off"], text
+    assert graphs["misses"] <= 4 and len(graphs["recordings"]) == 1 and graphs["pauses"] == 0, text
     assert recording.counts["patched_nodes"] > 0, text  # positions and the moving tokens reached it by patches
     assert "CUDA graph:" in text and "replay(s)" in text, text
     if plan:
@@ -103,31 +103,39 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
 
 
 @gpu
-def test_a_large_input_that_moves_gets_a_few_recordings_then_the_direct_path() -> None:
-    """An input too large to stage that moves between calls matches no recording: the call runs directly and is
-    recorded again, up to four recordings; a specialization whose calls keep missing them stops trying."""
+def test_a_large_input_that_moves_is_recorded_again_after_a_backoff_and_replay_pauses_but_never_stops() -> None:
+    """An input too large to stage that moves between calls matches no recording: the call runs directly. The
+    recorder runs again only after a backoff (16 hits after a recording), and replay pauses for a while once misses
+    outnumber replays by 16; neither stops for good, and the recordings made (at most four, the least recently
+    replayed replaced) still replay the calls they fit."""
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.silu(x @ w) * 2
 
     w = torch.randn(256, 256, device="cuda")
     with_graphs = jitted(f, True)
+    entry = with_graphs._trident.entry  # type: ignore[attr-defined]
     xs = [torch.randn(512, 256, device="cuda") for _ in range(8)]  # 512 KB each, each at its own address
     for x in xs:
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
-    graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
-    assert len(graphs["recordings"]) == 4 and graphs["replays"] == 0, trident.explain(with_graphs)
+    graphs = entry.graphs(0)
+    assert len(graphs["recordings"]) == 1 and graphs["replays"] == 0, trident.explain(with_graphs)
+    assert graphs["record_after_hit"] == cuda_graphs.RECORD_AT_HIT - 1 + 16, graphs  # the backoff after a recording
     assert "moved (a tensor at another address)" in graphs["recordings"][-1].failure
     recorded = xs[cuda_graphs.RECORD_AT_HIT - 1]  # the input of the first recording call
     for _ in range(3):
         torch.testing.assert_close(with_graphs(recorded, w), f(recorded, w), rtol=0, atol=0)
-    assert with_graphs._trident.entry.graphs(0)["replays"] == 3  # type: ignore[attr-defined]
-    for _ in range(30):
-        x = torch.randn(512, 256, device="cuda")
+    assert entry.graphs(0)["replays"] == 3
+    moving = [torch.randn(512, 256, device="cuda") for _ in range(30)]
+    for x in moving:
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
-    graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
-    assert graphs["off"] and "CUDA graphs stopped" in trident.explain(with_graphs)
-    assert_native(with_graphs, hits=8 + 3 + 30, compiles=1)
+    graphs = entry.graphs(0)
+    # Recorded again at hit 18 (the 8th of these calls); replay paused once misses passed replays + 16.
+    assert graphs["recordings_tried"] == 2 and len(graphs["recordings"]) == 2 and graphs["pauses"] == 1, graphs
+    for x in (recorded, moving[7]):  # both recordings still replay what they fit
+        torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
+    assert entry.graphs(0)["replays"] == 5, trident.explain(with_graphs)
+    assert_native(with_graphs, hits=8 + 3 + 30 + 2, compiles=1)
 
 
 @gpu
@@ -369,7 +377,7 @@ def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_say
         assert same_bits(with_graphs(x, p), direct(x, p)), f"position {p}"
     graphs = with_graphs._trident.entry.graphs(1)  # type: ignore[attr-defined]
     text = trident.explain(with_graphs)
-    assert len(graphs["recordings"]) == 3 and not graphs["off"] and graphs["replays"] >= 30, text
+    assert len(graphs["recordings"]) == 3 and graphs["pauses"] == 0 and graphs["replays"] >= 30, text
     failures = [r.failure for r in graphs["recordings"] if r.failure]
     assert failures, text
     assert all(re.search(r"argument 1 of aten::mul\.Scalar is \d, recorded \d", f) for f in failures), failures

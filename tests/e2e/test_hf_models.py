@@ -338,14 +338,17 @@ def test_batch_8_generate_on_the_jitted_model() -> None:
     assert sum(state.entry.hits()) + state.eager_calls == 2 * 6 and state.eager_calls <= 2, trident.explain(jitted)
 
 
-def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times(device: str) -> None:
     """generate() makes a new cache per call (the default DynamicCache, or a StaticCache with
     cache_implementation="static"): a cache is a state object (capture/inputs.py), read at each call, so new
     caches of one layout run the same specializations. DynamicCache's steps assign new tensors into the cache
     (`self.keys = torch.cat(...)`), and StaticCache's prefill allocates its tensors lazily
-    (`self.keys = torch.zeros(...)`): compiled code makes those assignments too, so every call runs natively."""
+    (`self.keys = torch.zeros(...)`): compiled code makes those assignments too, so every call runs natively.
+    On CUDA, a specialization that assigns is never recorded as a graph (recording runs a call more than once)."""
     model, jitted, _ = _for_generate("llama")
-    ids = torch.tensor([[3, 17, 42]])
+    model = model.to(device)
+    ids = torch.tensor([[3, 17, 42]], device=device)
     for implementation in ("dynamic", "static"):
         kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "disable_compile": True,
                                   "cache_implementation": implementation}
@@ -365,3 +368,5 @@ def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times() -> No
         assert state.eager_calls == 0 and not fallbacks, trident.explain(jitted)
         cache_class = "DynamicCache" if implementation == "dynamic" else "StaticCache"
         assert f"past_key_values: {cache_class} object with attributes" in trident.explain(jitted)
+        if device == "cuda" and implementation == "dynamic":
+            assert "which a recording cannot repeat" in trident.explain(jitted), trident.explain(jitted)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 import trident
-from trident.artifact import ReplayPlan
+from trident.artifact import NoReplayPlan, ReplayPlan
 from trident.knobs import override
 from trident.runtime import load_runtime
 from trident.testing import expect_fallback
@@ -227,7 +227,7 @@ def test_a_view_at_the_position_of_a_tensor_the_program_made_gets_no_plan() -> N
         return h[pos : pos + 1] + 1
 
     _, plans = compiled(f, (torch.randn(8, 4), 1), (torch.randn(8, 4), 2))
-    assert isinstance(plans[-1], str) and "slice" in plans[-1] and "the program made" in plans[-1], plans[-1]
+    assert isinstance(plans[-1], NoReplayPlan) and "slice" in plans[-1].reason and "the program made" in plans[-1].reason, plans[-1]
 
 
 def test_a_result_that_is_a_view_of_an_argument_gets_no_plan() -> None:
@@ -235,7 +235,7 @@ def test_a_result_that_is_a_view_of_an_argument_gets_no_plan() -> None:
         return x[1:3], x + 1
 
     _, plans = compiled(f, (torch.randn(8, 4),))
-    assert plans == ["result 0 is a view of an argument"], plans
+    assert plans == [NoReplayPlan("result 0 is a view of an argument")], plans
 
 
 def test_an_argument_with_symbolic_sizes_gets_no_plan() -> None:
@@ -244,7 +244,7 @@ def test_an_argument_with_symbolic_sizes_gets_no_plan() -> None:
 
     _, plans = compiled(f, (torch.randn(4, 8),), (torch.randn(5, 8),), (torch.randn(6, 8),))
     assert isinstance(plans[0], ReplayPlan), plans[0]  # the first call's sizes, static
-    assert isinstance(plans[-1], str) and "sizes or strides are symbolic" in plans[-1], plans
+    assert isinstance(plans[-1], NoReplayPlan) and "sizes or strides are symbolic" in plans[-1].reason, plans
 
 
 def test_a_program_no_cuda_graph_records_gets_no_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,7 +256,7 @@ def test_a_program_no_cuda_graph_records_gets_no_plan(monkeypatch: pytest.Monkey
         return x[pos : pos + 1] * 2
 
     _, plans = compiled(f, (torch.randn(8, 4), 1))
-    assert plans == ["no CUDA tensor among the arguments: never replayed as a CUDA graph"], plans
+    assert plans == [NoReplayPlan("no CUDA tensor among the arguments: never replayed as a CUDA graph")], plans
 
 
 def test_a_plan_whose_lowering_fails_costs_the_program_nothing_but_the_plan(
@@ -277,7 +277,7 @@ def test_a_plan_whose_lowering_fails_costs_the_program_nothing_but_the_plan(
     x = torch.randn(8, 4)
     with override(strict=False), caplog.at_level(logging.WARNING, logger="trident"):
         jf, plans = compiled(f, (x, 1), (x, 1))  # both calls native (the first after compiling)
-    assert plans == [plans[0]] and plans[0].startswith("lowering it failed (KeyError: "), plans
+    assert plans == [plans[0]] and plans[0].reason.startswith("lowering it failed (KeyError: "), plans
     assert [r.getMessage() for r in caplog.records if "no replay plan" in r.getMessage()] != [], caplog.text
     assert jf._trident.entry.hits() == [2] and jf._trident.eager_calls == 0  # type: ignore[attr-defined]
     with expect_fallback("at stage 'lower': KeyError: 'a value the plan never classified'"):
@@ -292,7 +292,7 @@ def test_without_the_knob_no_plan_is_lowered() -> None:
         jf = trident.jit(f)
         jf(torch.randn(8, 4), 1)
     spec = jf._trident.specializations[0]
-    assert spec.compiled.artifact.replay_plan == "off (TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0)"
+    assert spec.compiled.artifact.replay_plan == NoReplayPlan("TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0", by_knob=True)
     assert "replay_words" not in spec.compiled.stages["lowered"]
 
 
@@ -319,7 +319,7 @@ def test_a_view_whose_sizes_change_is_a_word_where_only_launches_read_it() -> No
     assert isinstance(plans[-1], ReplayPlan), plans[-1]
     assert sorted(words(jf, len(plans) - 1, cache, 6)) == sorted([cache.data_ptr(), 7])
     _, plans = compiled(summed, (cache, 1), (cache, 2))
-    assert isinstance(plans[-1], str) and "sizes that change, read by an operator" in plans[-1], plans[-1]
+    assert isinstance(plans[-1], NoReplayPlan) and "sizes that change, read by an operator" in plans[-1].reason, plans[-1]
 
 
 def test_an_argument_written_in_place_is_the_argument() -> None:

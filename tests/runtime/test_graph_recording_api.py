@@ -21,7 +21,8 @@ def compiled_entry() -> object:
 
 def test_a_specialization_without_recordings_reports_an_empty_list() -> None:
     entry = compiled_entry()
-    assert entry.graphs(0) == {"recordings": [], "replays": 0, "misses": 0, "off": False}
+    assert entry.graphs(0) == {"recordings": [], "replays": 0, "misses": 0, "hits": 1, "paused_until_hit": 0,
+                               "record_after_hit": 0, "pauses": 0, "recordings_tried": 0}
     with pytest.raises(IndexError, match="no specialization 1"):
         entry.graphs(1)
 
@@ -56,5 +57,25 @@ def test_a_recording_refuses_a_capture_it_cannot_start_and_a_program_run_outside
         entry.run_spec(0, (x,), cuda_graphs.RECORD, recording)
     assert "ran outside the capture" in recording.failure
     assert torch.equal(entry.run_spec(0, (x,), cuda_graphs.DIRECT, None), x * 2 + 1)
-    with pytest.raises(TypeError, match="modes 1 and 2 need a GraphRecording"):
+    with pytest.raises(TypeError, match="recording and replaying need a GraphRecording"):
         entry.run_spec(0, (x,), cuda_graphs.REPLAY, None)
+
+
+def test_a_recorder_that_records_nothing_is_called_again_after_a_doubling_backoff() -> None:
+    """A recording that fails (a Triton variant compiling at that moment, an operator a capture refuses) is not
+    the end of graphs for the specialization: the entry calls the recorder again 16 hits later, then 32, 64, ...
+    (entry.cpp, GraphPolicy), each call running the call itself."""
+    entry = compiled_entry()  # one hit so far
+    called_at: list[int] = []
+
+    def recorder(e: object, index: int, slots: tuple[object, ...]) -> object:
+        called_at.append(e.hits()[index])  # type: ignore[attr-defined]
+        return e.run_spec(index, slots, cuda_graphs.DIRECT, None)  # type: ignore[attr-defined]
+
+    entry.set_graph_recorder(recorder, cuda_graphs.RECORD_AT_HIT)
+    x = torch.ones(4)
+    for _ in range(130):
+        assert torch.equal(entry(x), x * 2 + 1)
+    assert called_at == [2, 2 + 16, 18 + 32, 50 + 64], called_at
+    graphs = entry.graphs(0)
+    assert graphs["recordings_tried"] == 4 and graphs["record_after_hit"] == 114 + 128 and graphs["hits"] == 131

@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from ..artifact import ReplayPlan
+from ..artifact import NoReplayPlan, ReplayPlan
 from ..capture.guards import GuardSet, SequenceGuard
 from ..capture.inputs import CallFacts, LeafKind
 from ..capture.results import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-8\n"  # 8: AttributeGuard.keys (an iterated container's children)
+MAGIC = b"TRIDENT-SPEC-9\n"  # 9: state objects (SequenceFact.cls, class_name), StateWrite, NoReplayPlan
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -93,7 +93,8 @@ class Record:
     roots: list[Root]
     state_digest: str
     code_dependencies: list[CodeDependency]
-    replay_plan: ReplayPlan | str = "not stored"  # artifact.ReplayPlan, or why the program has none
+    replay_plan: ReplayPlan | NoReplayPlan = NoReplayPlan("not stored")
+    state_writes: tuple[str, ...] = ()  # artifact.Artifact.state_writes
 
 
 def strip_live_objects(guards: GuardSet, facts: CallFacts) -> tuple[GuardSet, CallFacts]:

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..artifact import Artifact
+from ..artifact import Artifact, NoReplayPlan
 from ..capture.guards import GuardSet, first_failure
 from ..capture.inputs import CallFacts
 from ..capture.trace import Trace
@@ -246,7 +246,8 @@ class Session:
             guard_symbol=compiled.guard_symbol, run_symbol=compiled.run_symbol, ops=list(compiled.ops),
             aten_calls=list(compiled.aten_calls), constants=recipes, n_trace_constants=len(trace.constants),
             guards=guards, facts=facts, outputs=trace.outputs, roots=roots, state_digest=walk.digest(),
-            code_dependencies=deps, replay_plan=compiled.artifact.replay_plan if compiled.artifact else "not stored",
+            code_dependencies=deps, replay_plan=compiled.artifact.replay_plan if compiled.artifact else NoReplayPlan("not stored"),
+            state_writes=compiled.artifact.state_writes if compiled.artifact else (),
         )  # fmt: skip
         path = spec.disk_record = store.publish(self.key, record, library)
         evicted = store.evict()
@@ -350,7 +351,7 @@ def _load_record(
         raise CorruptRecord(f"its library does not load: {e}") from e
     artifact = Artifact(
         library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots,
-        replay_plan=record.replay_plan,
+        replay_plan=record.replay_plan, state_writes=record.state_writes,
     )  # fmt: skip
     try:
         compiled = instantiate(artifact)

@@ -20,10 +20,13 @@ import torch
 from .. import abi
 from .constant_views import byte_distance
 from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, item_at
+from .native_numbers import (
+    INT64_MAX, INT64_MIN, LeavesInt64, check_relation, float_bits, has_float, python_int_value,
+)
+from .specialize import is_float_expr
 from .python_kernels import KernelVersions, Report
 from .trace import Trace
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what compiled code computes ints in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +135,17 @@ class RelationGuard:
 
     def describe(self) -> str:
         return str(self.expr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Int64RangeGuard(RelationGuard):
+    """`value`, an int the program computes, fits in int64 (`expr` is `value <= INT64_MAX`, lowered like every
+    relation: computing `value` with checked arithmetic is the check). Made by capture/int64_ranges.py."""
+
+    value: sympy.Expr = sympy.Integer(0)
+
+    def describe(self) -> str:
+        return f"{self.value} fits in int64"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -557,8 +571,6 @@ def first_failure(
             shown = f"{pg.expr}, which divides by zero here" if expected is None else int(expected)  # type: ignore[call-overload]
             return f"{where}: {what}: expected {shown}, got {actual}"
     if int64:
-        from .int64_ranges import native_int64_failure  # a module built on this one
-
         overflow = native_int64_failure(guards.relations, {s: v for s, v in env.items() if isinstance(v, int)})
         if overflow is not None:
             return f"this call computes {overflow}, which leaves int64 (compiled code computes ints as int64)"
@@ -581,6 +593,32 @@ def first_failure(
             f"TorchFunctionMode): captured under {describe_function_modes(guards.function_modes)}, called under "
             f"{describe_function_modes(modes)}"
         )
+    return None
+
+
+def native_int64_failure(relations: Sequence[RelationGuard], env: dict[sympy.Symbol, int]) -> str | None:
+    """'expr = value' for the first range guard whose int leaves int64, or the first step of an int relation that
+    holds in Python's ints but that the native guard cannot compute in int64 (symbolic_ints.SymbolicIntLowering:
+    every Add and Mul folded left to right with checked arithmetic); else None. Relations with float symbols or
+    unbound symbols are skipped."""
+    for rg in relations:
+        if not rg.expr.free_symbols <= set(env) or has_float(rg.expr, is_float_expr):
+            continue
+        try:
+            if isinstance(rg, Int64RangeGuard):
+                value = python_int_value(rg.value, env)
+                if not INT64_MIN <= value <= INT64_MAX:
+                    return f"{rg.value} = {value}"
+            elif not bool(rg.expr.xreplace(env)):
+                continue  # a mismatch, not an overflow
+        except (TypeError, ZeroDivisionError):  # the program raises ZeroDivisionError itself, as Python does
+            continue
+        try:
+            check_relation(rg.expr, env)
+        except LeavesInt64 as e:
+            return f"{e.expr} = {e.value}"
+        except (ZeroDivisionError, KeyError, TypeError):
+            continue
     return None
 
 
@@ -626,9 +664,7 @@ def _property(value: object, prop: str, dim: int) -> int | sympy.Float:
 
 def _same_scalar(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        import struct
-
-        return struct.pack("<d", a) == struct.pack("<d", b)  # bitwise, as the native guard compares
+        return float_bits(a) == float_bits(b)  # bitwise, as the native guard compares
     return type(a) is type(b) and a == b
 
 

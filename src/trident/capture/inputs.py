@@ -258,6 +258,11 @@ def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: S
     return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
 
 
+def state_attribute_names(facts: CallFacts) -> dict[tuple[int, tuple[int, ...]], tuple[str, ...]]:
+    """(param, items) -> attribute names in order, of each state object of the call."""
+    return {_key(s.path): s.keys for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
+
+
 def state_objects(values: Sequence[object], facts: CallFacts) -> dict[int, LeafPath]:
     """id -> path of the call's state objects (the objects themselves are the caller's, alive through the call)."""
     out: dict[int, LeafPath] = {}

@@ -24,8 +24,11 @@ import sympy
 import torch
 
 from .. import exc
-from .guards import INT64_MAX, INT64_MIN, GuardSet, RelationGuard, _property, first_failure, leaf_value
-from .specialize import is_float_expr, lowers_as_int
+from .guards import (
+    GuardSet, Int64RangeGuard, RelationGuard, _property, first_failure, leaf_value, native_int64_failure,
+)
+from .native_numbers import INT64_MAX
+from .specialize import lowers_as_int
 from .trace import Trace
 
 # Nodes that read a tensor's metadata rather than compute: their values are sizes of live tensors.
@@ -33,17 +36,6 @@ _METADATA_READS = frozenset({
     torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
     torch.ops.aten.sym_storage_offset.default,
 })  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Int64RangeGuard(RelationGuard):
-    """`value`, an int the program computes, fits in int64 (`expr` is `value <= INT64_MAX`, lowered like every
-    relation: computing `value` with checked arithmetic is the check)."""
-
-    value: sympy.Expr = sympy.Integer(0)
-
-    def describe(self) -> str:
-        return f"{self.value} fits in int64"
 
 
 def int64_range_guards(trace: Trace, guards: GuardSet) -> list[RelationGuard]:
@@ -106,70 +98,6 @@ def _as_computed(node: torch.fx.Node, trace: Trace, memo: dict[torch.fx.Node, sy
     return memo[node]
 
 
-class _LeavesInt64(Exception):
-    def __init__(self, expr: sympy.Basic, value: int) -> None:
-        self.expr, self.value = expr, value
-
-
-def native_int64_failure(relations: Sequence[RelationGuard], env: dict[sympy.Symbol, int]) -> str | None:
-    """'expr = value' for the first range guard whose int leaves int64, or the first step of an int relation that
-    holds in Python's ints but that the native guard cannot compute in int64 (symbolic_ints.SymbolicIntLowering:
-    every Add and Mul folded left to right with checked arithmetic); else None. Relations with float symbols or
-    unbound symbols are skipped."""
-    for rg in relations:
-        if not rg.expr.free_symbols <= set(env) or _has_float(rg.expr, is_float_expr):
-            continue
-        try:
-            if isinstance(rg, Int64RangeGuard):
-                value = python_int_value(rg.value, env)
-                if not INT64_MIN <= value <= INT64_MAX:
-                    return f"{rg.value} = {value}"
-            elif not bool(rg.expr.xreplace(env)):
-                continue  # a mismatch, not an overflow
-        except (TypeError, ZeroDivisionError):  # the program raises ZeroDivisionError itself, as Python does
-            continue
-        try:
-            _check_relation(rg.expr, env)
-        except _LeavesInt64 as e:
-            return f"{e.expr} = {e.value}"
-        except (ZeroDivisionError, KeyError, TypeError):
-            continue
-    return None
-
-
-def _has_float(expr: sympy.Basic, is_float_expr: Callable[[sympy.Basic], bool]) -> bool:
-    return is_float_expr(expr) or any(_has_float(a, is_float_expr) for a in expr.args)
-
-
-def _check_relation(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> None:
-    if isinstance(expr, sympy.Rel):
-        for side in expr.args:
-            _checked_value(side, env)
-    elif isinstance(expr, (sympy.And, sympy.Or, sympy.Not)):  # the native code evaluates every operand
-        for arg in expr.args:
-            _check_relation(arg, env)
-
-
-def _checked_value(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> int:
-    """`expr` evaluated as the native guard does; raises _LeavesInt64 at the first step that leaves int64."""
-    if isinstance(expr, (sympy.Add, sympy.Mul)):
-        values = [_checked_value(a, env) for a in expr.args]
-        result = values[0]
-        for v in values[1:]:
-            result = result + v if isinstance(expr, sympy.Add) else result * v
-            if not INT64_MIN <= result <= INT64_MAX:
-                raise _LeavesInt64(expr, python_int_value(expr, env))
-        return result
-    if isinstance(expr, (sympy.Integer, sympy.Symbol)) or not expr.args:
-        return python_int_value(expr, env)
-    for a in expr.args:  # other operators: each operand as the native code computes it, then the exact value
-        _checked_value(a, env)
-    value = python_int_value(expr, env)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise _LeavesInt64(expr, value)
-    return value
-
-
 def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence[object]) -> str | None:
     """'expr = value' for the first range guard this call fails while all other guards of the specialization
     hold (the call would run it but for an int that leaves int64), or for a relation that holds but that the
@@ -182,36 +110,3 @@ def int64_overflow(guards: GuardSet, args: Sequence[object], constants: Sequence
     except (IndexError, TypeError, KeyError):  # an argument path of that specialization is absent here
         return None
     return native_int64_failure(guards.relations, {s: v for s, v in env.items() if isinstance(v, int)})
-
-
-def python_int_value(expr: sympy.Basic, env: dict[sympy.Symbol, int]) -> int:
-    """`expr` (an expression lowers_as_int accepts) evaluated with Python's ints, exactly as the program's
-    Python code would compute it (sympy's own evaluation turns large powers into infinities)."""
-    from torch.utils._sympy import functions as f
-
-    if isinstance(expr, sympy.Integer):
-        return int(expr)
-    if isinstance(expr, sympy.Symbol):
-        return env[expr]
-    args = [python_int_value(a, env) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return sum(args)
-    if isinstance(expr, sympy.Mul):
-        product = 1
-        for a in args:
-            product *= a
-        return product
-    if isinstance(expr, (sympy.Pow, f.PowByNatural)):
-        return args[0] ** args[1]
-    if isinstance(expr, f.FloorDiv | f.CleanDiv):
-        return args[0] // args[1]
-    if isinstance(expr, sympy.Mod | f.PythonMod | f.Mod):
-        return args[0] % args[1]
-    if isinstance(expr, sympy.Max | f.Max):
-        return max(args)
-    if isinstance(expr, sympy.Min | f.Min):
-        return min(args)
-    binary = {f.BitwiseFn_bitwise_and: int.__and__, f.BitwiseFn_bitwise_or: int.__or__,
-              f.BitwiseFn_bitwise_xor: int.__xor__, f.LShift: int.__lshift__, f.RShift: int.__rshift__}  # fmt: skip
-    return binary[type(expr)](args[0], args[1])
-

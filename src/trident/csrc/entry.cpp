@@ -14,6 +14,7 @@
  * Face's ModelOutput) comes back from the compiled run as a tuple headed by a ResultBuilder, which the entry
  * calls (the result's own constructor) before returning.
  */
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +24,30 @@
 #include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
 
 namespace {
+
+// When a specialization may replay and record (GraphPolicy). At most kMaxRecordings recordings are kept
+// (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per generate() each need their own); a new one replaces
+// the least recently replayed. A miss costs a partial replay-mode run per recording before the direct one, so
+// when hits miss every recording more often than kGraphMissAllowance beyond their replays, replay pauses.
+// Nothing stops for good: a recording that failed or never replayed, and a pause, are retried after a backoff
+// that doubles from kFirstBackoff hits to kMaxBackoff while they keep failing (a Triton variant compiling at the
+// moment of a recording, inputs that were changing for a while).
+constexpr Py_ssize_t kMaxRecordings = 4;
+constexpr uint64_t kGraphMissAllowance = 16;
+constexpr uint64_t kFirstBackoff = 16;
+constexpr uint64_t kMaxBackoff = 4096;
+
+// A specialization's graph replay state over its hits (the recorder and replays: runtime/cuda_graphs.py,
+// graph_replay.cpp).
+struct GraphPolicy {
+  uint64_t record_after_hit = 0;        // no recorder call before this hit
+  uint64_t record_backoff = kFirstBackoff;
+  uint64_t replays_at_last_record = 0;  // graph_replays when the recorder was last called
+  uint64_t paused_until_hit = 0;        // no replay before this hit
+  uint64_t pause_backoff = kFirstBackoff;
+  uint64_t misses_base = 0, replays_base = 0;  // graph_misses and graph_replays when replay last paused
+  uint32_t pauses = 0;
+};
 
 struct Spec {
   trident_guard_fn guard;
@@ -35,15 +60,9 @@ struct Spec {
   // or NULL before the first); a hit no recording matches runs directly and counts as a graph miss.
   PyObject* graphs;
   uint32_t recordings_tried;  // calls of the graph recorder for this specialization
-  bool graphs_off;      // too many graph misses: direct from now on
-  uint64_t graph_replays, graph_misses;
+  uint64_t graph_replays, graph_misses;  // since the specialization was added
+  GraphPolicy policy;
 };
-
-// At most this many recordings (recorder calls) per specialization (symbolic sizes, e.g. batch 1 and 8, each need their own), and
-// replay stops for a specialization whose hits miss every recording more often than this beyond its replays: a
-// miss costs a partial replay-mode run per recording before the direct one.
-constexpr Py_ssize_t kMaxRecordings = 4;
-constexpr uint64_t kGraphMissAllowance = 16;
 
 struct EntryState {
   std::vector<Spec> specs;                                   // by spec index, in insertion order
@@ -185,13 +204,40 @@ trident::graphs::ReplayOutcome replay_graphs(EntryObject* self, uint32_t index, 
   Py_DECREF(list);
   if (state->clears != clears) return outcome;
   Spec& live = state->specs[index];
-  if (outcome == ReplayOutcome::kReplayed) ++live.graph_replays;
-  if (outcome == ReplayOutcome::kDirect && ++live.graph_misses > live.graph_replays + kGraphMissAllowance) {
-    live.graphs_off = true;
+  GraphPolicy& policy = live.policy;
+  if (outcome == ReplayOutcome::kReplayed) {
+    ++live.graph_replays;
+    policy.pause_backoff = kFirstBackoff;
+  }
+  if (outcome == ReplayOutcome::kDirect &&
+      ++live.graph_misses - policy.misses_base > live.graph_replays - policy.replays_base + kGraphMissAllowance) {
+    policy.paused_until_hit = live.hits + policy.pause_backoff;  // then the counts start again
+    policy.pause_backoff = std::min(policy.pause_backoff * 2, kMaxBackoff);
+    policy.misses_base = live.graph_misses;
+    policy.replays_base = live.graph_replays;
+    ++policy.pauses;
   }
   // A kernel variant Triton has yet to compile: the direct run does, and the recordings patch it in later.
   if (outcome == ReplayOutcome::kDirect && new_variant) return ReplayOutcome::kNotHere;
   return outcome;
+}
+
+// Before a recorder call: when the previous one left no replay (it failed, or its graph matched no later call),
+// wait twice as long before the next; else start over from the first backoff.
+void note_recording(Spec& spec) {
+  GraphPolicy& policy = spec.policy;
+  const bool useless = spec.recordings_tried > 0 && spec.graph_replays == policy.replays_at_last_record;
+  policy.record_backoff = useless ? std::min(policy.record_backoff * 2, kMaxBackoff) : kFirstBackoff;
+  policy.record_after_hit = spec.hits + policy.record_backoff;
+  policy.replays_at_last_record = spec.graph_replays;
+  ++spec.recordings_tried;
+}
+
+// Room for one more recording: the least recently replayed one (the list's last) goes when it is full. False
+// only when Python fails.
+bool make_room(Spec& spec) {
+  if (spec.graphs == nullptr || PyList_GET_SIZE(spec.graphs) < kMaxRecordings) return true;
+  return PyList_SetSlice(spec.graphs, kMaxRecordings - 1, PyList_GET_SIZE(spec.graphs), nullptr) == 0;
 }
 
 // The call's result, from the graph recorder (which runs the call), or NULL with a Python error set.
@@ -239,9 +285,10 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
     int32_t status = TRIDENT_OK;
     bool ran = false;
     // Graphs: replay one of the specialization's recordings; else, at the recorder's hit, record the first one,
-    // and later another for a call no recording fits, while there is room.
-    bool may_record = spec.graphs == nullptr && spec.recordings_tried == 0;
-    if (spec.graphs != nullptr && !spec.graphs_off) {
+    // and later another for a call no recording fits (GraphPolicy says when).
+    const bool paused = spec.hits < spec.policy.paused_until_hit;
+    bool may_record = spec.graphs == nullptr;
+    if (spec.graphs != nullptr && !paused) {
       switch (replay_graphs(self, index, spec, slots.data, &out)) {
         case trident::graphs::ReplayOutcome::kReplayed: ran = true; break;
         case trident::graphs::ReplayOutcome::kError:
@@ -249,13 +296,14 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
           Py_DECREF(spec.keepalive);
           return Outcome::kError;
         case trident::graphs::ReplayOutcome::kNotHere: break;
-        case trident::graphs::ReplayOutcome::kDirect: may_record = !state->specs[index].graphs_off;
+        case trident::graphs::ReplayOutcome::kDirect:
+          may_record = state->clears == clears && spec.hits >= state->specs[index].policy.paused_until_hit;
       }
     }
-    if (may_record && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
-        spec.recordings_tried < kMaxRecordings && state->clears == clears) {
+    if (may_record && !paused && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
+        spec.hits >= spec.policy.record_after_hit && state->clears == clears && make_room(state->specs[index])) {
       // Python records (and proves) the graph, running this call; rare, like a miss.
-      ++state->specs[index].recordings_tried;
+      note_recording(state->specs[index]);
       out = record_graph(self, index, slots.data);
       if (out == nullptr) status = TRIDENT_ERROR;
       ran = true;
@@ -341,7 +389,7 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   const auto index = static_cast<uint32_t>(state->specs.size());
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, 0, false, 0, 0});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, 0, 0, 0, {}});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -457,8 +505,9 @@ PyObject* entry_add_graph(PyObject* self_obj, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays and graph
-// misses, and whether replay stopped for it.
+// graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays, graph misses
+// and hits, and its GraphPolicy: the hit replay is paused until, the hit before which it records no more, how
+// often replay paused, how often the recorder ran.
 PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
@@ -466,18 +515,23 @@ PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   const Spec& spec = self->state->specs[index];
   PyObject* recordings = spec.graphs != nullptr ? PyList_GetSlice(spec.graphs, 0, PY_SSIZE_T_MAX) : PyList_New(0);
   if (recordings == nullptr) return nullptr;
-  return Py_BuildValue("{s:N,s:K,s:K,s:O}", "recordings", recordings, "replays", (unsigned long long)spec.graph_replays,
-                       "misses", (unsigned long long)spec.graph_misses, "off", spec.graphs_off ? Py_True : Py_False);
+  const GraphPolicy& policy = spec.policy;
+  return Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "recordings", recordings, "replays",
+                       (unsigned long long)spec.graph_replays, "misses", (unsigned long long)spec.graph_misses,
+                       "hits", (unsigned long long)spec.hits, "paused_until_hit",
+                       (unsigned long long)policy.paused_until_hit, "record_after_hit",
+                       (unsigned long long)policy.record_after_hit, "pauses", (unsigned)policy.pauses,
+                       "recordings_tried", (unsigned)spec.recordings_tried);
 }
 
 // run_spec(index, slots, mode, recording) -> result: the specialization's run function on these slots (what a
-// hit binds), directly (mode 0), recording into `recording` (1; the caller captures) or replaying it (2; raises
-// RuntimeError with the reason when the replay diverges). For the graph recorder.
+// hit binds), in a TRIDENT_RUN_* mode: directly, recording into `recording` (the caller captures) or replaying it
+// (raises RuntimeError with the reason when the replay diverges). For the graph recorder.
 PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
   EntryObject* self = as_entry(self_obj);
   unsigned index = 0;
   PyObject* slots = nullptr;
-  int mode = 0;
+  int mode = TRIDENT_RUN_DIRECT;
   PyObject* recording = nullptr;
   if (!PyArg_ParseTuple(args, "IO!iO:run_spec", &index, &PyTuple_Type, &slots, &mode, &recording) ||
       !spec_index(self, index)) {
@@ -487,8 +541,8 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "run_spec: one slot per parameter");
     return nullptr;
   }
-  if (mode != 0 && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
-    PyErr_SetString(PyExc_TypeError, "run_spec: modes 1 and 2 need a GraphRecording");
+  if (mode != TRIDENT_RUN_DIRECT && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
+    PyErr_SetString(PyExc_TypeError, "run_spec: recording and replaying need a GraphRecording");
     return nullptr;
   }
   const Spec spec = self->state->specs[index];
@@ -497,7 +551,7 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
   PyObject* const* items = &PyTuple_GET_ITEM(slots, 0);
   PyObject* out = nullptr;
   int32_t status = TRIDENT_OK;
-  if (mode == 2) {
+  if (mode == TRIDENT_RUN_REPLAY) {
     switch (trident::graphs::replay(recording, spec.run, spec.ctx, items, &out, false)) {
       case trident::graphs::ReplayOutcome::kReplayed: break;
       case trident::graphs::ReplayOutcome::kError: status = TRIDENT_ERROR; break;
@@ -507,7 +561,7 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
         PyErr_SetString(PyExc_RuntimeError, "the replay ran nothing: it diverged from the recording");
     }
   } else {
-    status = mode == 1 ? trident::graphs::record(recording, spec.run, spec.ctx, items, &out)
+    status = mode == TRIDENT_RUN_RECORD ? trident::graphs::record(recording, spec.run, spec.ctx, items, &out)
                        : spec.run(spec.ctx, items, &out);
     if (status != TRIDENT_OK && !PyErr_Occurred()) trident::raise_last_error();
   }
@@ -667,9 +721,11 @@ PyMethodDef entry_methods[] = {
     {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
      "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
     {"add_graph", entry_add_graph, METH_VARARGS, "add_graph(index, recording): replay it on hits too"},
-    {"graphs", entry_graphs, METH_O, "graphs(index) -> {recordings, replays, misses, off}"},
+    {"graphs", entry_graphs, METH_O,
+     "graphs(index) -> {recordings, replays, misses, hits, paused_until_hit, record_after_hit, pauses, "
+     "recordings_tried}"},
     {"run_spec", entry_run_spec, METH_VARARGS,
-     "run_spec(index, slots, mode, recording) -> result: 0 direct, 1 record, 2 replay (for the recorder)"},
+     "run_spec(index, slots, mode, recording) -> result: a TRIDENT_RUN_* mode (for the graph recorder)"},
     {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},
     {"structural_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(entry_structural_key)),
      METH_FASTCALL | METH_KEYWORDS, "structural_key(*args, **kwargs) -> int | None (None: binding fails)"},

@@ -158,6 +158,8 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index);
 /* 1 if obj's type is exactly `cls` and its instance __dict__ holds exactly `keys` (a tuple of str), in order: a
  * state object (TRIDENT_SEQ_OBJECT) walked like an argument dict; else 0. Never raises. */
 TRIDENT_API int32_t trident_check_object(PyObject* obj, PyObject* cls, PyObject* keys);
+/* Borrowed instance __dict__ of obj, or NULL when it has none. Never raises. */
+TRIDENT_API PyObject* trident_instance_dict(PyObject* obj);
 /* Sets entry `name` (a str) of a state object's instance __dict__ to `value` (a new reference of its own is
  * taken): an assignment the traced function made (`self.keys = torch.cat(...)`), made again after a run. 1, or 0
  * with a Python exception set. */
@@ -174,6 +176,11 @@ TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name);
  * dict or has no such key. Never raises. */
 TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key);
 TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
+
+/* How Entry.run_spec runs a specialization for the graph recorder (runtime/cuda_graphs.py). */
+#define TRIDENT_RUN_DIRECT 0 /* its run function, as a hit without graphs */
+#define TRIDENT_RUN_RECORD 1 /* recording into a GraphRecording, under the caller's stream capture */
+#define TRIDENT_RUN_REPLAY 2 /* replaying a GraphRecording; RuntimeError when the call diverges from it */
 
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2

@@ -77,6 +77,8 @@ TRIDENT_API PyObject* trident_sequence_item(PyObject* obj, int64_t index) {
   return value;
 }
 
+TRIDENT_API PyObject* trident_instance_dict(PyObject* obj) { return instance_dict(obj); }
+
 TRIDENT_API int32_t trident_check_object(PyObject* obj, PyObject* cls, PyObject* keys) {
   if ((PyObject*)Py_TYPE(obj) != cls) return 0;
   PyObject* dict = instance_dict(obj);

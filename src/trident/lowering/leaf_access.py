@@ -3,6 +3,8 @@
 Shared by the guard and host-program passes so both address a leaf the same way."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..capture.inputs import LeafPath
 from ..ir.mlir_text import PTR, FunctionBuilder
 from . import runtime_abi as abi
@@ -28,11 +30,20 @@ class ConstantPool:
 
 
 class LeafAccess:
-    def __init__(self, fb: FunctionBuilder, ctx: str, slots: str) -> None:
+    """`state`: the attribute names of the call's state objects by path (inputs.state_attribute_names), whose
+    items are read by name (a hash lookup) rather than by position in their instance dict."""
+
+    def __init__(
+        self, fb: FunctionBuilder, ctx: str, slots: str, pool: ConstantPool | None = None,
+        state: Mapping[tuple[int, tuple[int, ...]], tuple[str, ...]] | None = None,
+    ) -> None:
         self.fb = fb
         self.ctx = ctx
         self.slots = slots
+        self.pool = pool
+        self.state = state or {}
         self._objects: dict[tuple[int, tuple[int, ...]], str] = {}
+        self._dicts: dict[tuple[int, tuple[int, ...]], str] = {}
         self._constants_base: str | None = None
 
     def constant(self, index: int) -> str:
@@ -52,7 +63,21 @@ class LeafAccess:
             value = self.fb.load(self.fb.gep(self.slots, path.param, PTR), PTR)
         else:
             parent = self.object(LeafPath(path.param, path.items[:-1], ""))
-            value = self.fb.call(abi.SEQUENCE_ITEM, [parent, self.fb.const(path.items[-1])])
+            names = self.state.get((path.param, path.items[:-1]))
+            if names is not None and self.pool is not None:  # its object matched trident_check_object already
+                name = self.constant(self.pool.add(names[path.items[-1]]))
+                value = self.fb.call(abi.DICT_ITEM, [self._instance_dict(path.param, path.items[:-1], parent), name])
+            else:
+                value = self.fb.call(abi.SEQUENCE_ITEM, [parent, self.fb.const(path.items[-1])])
             assert value is not None
         self._objects[key] = value
         return value
+
+    def _instance_dict(self, param: int, items: tuple[int, ...], obj: str) -> str:
+        """The state object's instance dict (borrowed), read once per function."""
+        key = (param, items)
+        if key not in self._dicts:
+            value = self.fb.call(abi.INSTANCE_DICT, [obj])
+            assert value is not None
+            self._dicts[key] = value
+        return self._dicts[key]

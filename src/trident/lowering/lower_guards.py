@@ -7,13 +7,12 @@ tests/unit/test_guard_differential.py), in another order.
 """
 from __future__ import annotations
 
-import struct
-
 import sympy
 
 from ..abi import family
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
 from ..capture.inputs import LeafKind, LeafPath
+from ..capture.native_numbers import float_bits
 from ..ir.mlir_text import F64, I32, I64, PTR, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
@@ -29,7 +28,9 @@ def device_type_code(device_type: str) -> int:
 
 def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
     fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=abi.GUARD_MISS)
-    access = LeafAccess(fb, "%ctx", "%slots")
+    access = LeafAccess(fb, "%ctx", "%slots", pool,
+                        {(g.fact.path.param, g.fact.path.items): g.fact.keys for g in guards.sequences
+                         if g.fact.kind == abi.SEQ_OBJECT})
 
     state = fb.call(abi.GLOBAL_STATE, [])
     assert state is not None
@@ -209,7 +210,7 @@ def _lower_scalar_object(fb: FunctionBuilder, obj: str, kind: LeafKind, value: o
         return
     if kind is LeafKind.FLOAT:
         # Compare bit patterns: -0.0 != 0.0 and NaN == the same NaN, as Python's capture saw the value.
-        expected = struct.unpack("<q", struct.pack("<d", float(value)))[0]  # type: ignore[arg-type]
+        expected = float_bits(float(value))  # type: ignore[arg-type]
     else:
         expected = int(value)  # type: ignore[call-overload]
     fb.check(fb.cmp("eq", fb.load(tmp), fb.const(expected)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from torch_mlir import ir
 
@@ -157,9 +157,10 @@ class HostProgramLowering:
         pool_allocations: bool = False,
         private_views: bool = True,
         state_writes: Sequence[StateWrite] = (),
+        state: Mapping[tuple[int, tuple[int, ...]], tuple[str, ...]] | None = None,
     ) -> None:
         self.fb = FunctionBuilder(module, name, self.PARAMS, abi.RUN_RESULT, fail_value=abi.ERROR)
-        self.access = LeafAccess(self.fb, "%ctx", "%slots")
+        self.access = LeafAccess(self.fb, "%ctx", "%slots", pool, state)  # state: inputs.state_attribute_names
         self.main = main
         self.placeholders = placeholders
         self.outputs = outputs

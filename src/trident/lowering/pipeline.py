@@ -23,10 +23,10 @@ from pathlib import Path
 from torch_mlir import ir
 
 from .. import exc
-from ..artifact import Artifact, ReplayPlan
+from ..artifact import Artifact, NoReplayPlan, ReplayPlan
 from ..backend.engine import NativeModule
 from ..capture.guards import GuardSet
-from ..capture.inputs import CallFacts, LeafKind
+from ..capture.inputs import CallFacts, LeafKind, state_attribute_names
 from ..capture.trace import Trace
 from ..ir.fx_import import MAIN, import_graph, new_context
 from ..ir.mlir_text import ModuleBuilder
@@ -81,7 +81,7 @@ def compile_specialization(
     pool = ConstantPool(list(trace.constants))
     ops = OpTable()
     aten_calls: list[str] = []
-    plan: list[ReplayPlan | str] = ["off (TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0)"]
+    plan: list[ReplayPlan | NoReplayPlan] = [NoReplayPlan("TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0", by_knob=True)]
     builder = ModuleBuilder()
 
     def lower() -> str:
@@ -91,14 +91,14 @@ def compile_specialization(
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
             launches, pool_allocations=options.pool_allocations, private_views=options.private_views,
-            state_writes=trace.state_writes,
+            state_writes=trace.state_writes, state=state_attribute_names(facts),
         )
         host.run()
         aten_calls.extend(host.aten_calls)
         if not options.lowers_replay_plan:
             pass  # plan[0] says the knobs turned it off
         elif not replays_as_graph(facts):
-            plan[0] = "no CUDA tensor among the arguments: never replayed as a CUDA graph"
+            plan[0] = NoReplayPlan("no CUDA tensor among the arguments: never replayed as a CUDA graph")
         else:
             sources = placeholder_sources(trace, facts)
             static = [_static_geometry(source, guards) for source in sources]
@@ -106,13 +106,13 @@ def compile_specialization(
                 plan[0] = lower_replay_plan(
                     builder, f"trident_replay_words_{index}", main, sources, trace.outputs, input_paths, pool, ops,
                     launches, options.pool_allocations, static, private_views=options.private_views,
-                    state_writes=trace.state_writes,
+                    state_writes=trace.state_writes, state=state_attribute_names(facts),
                 )  # fmt: skip
             except Exception as e:  # noqa: BLE001 - a bug of the optional plan must not cost the program its compile
                 if options.strict:
                     raise  # tests: a bug is a failure (the module gains a function only when one is finished)
-                plan[0] = f"lowering it failed ({type(e).__name__}: {e}); replays run the host program"
-                log.warning("trident: %s: no replay plan for specialization %d: %s", name, index, plan[0])
+                plan[0] = NoReplayPlan(f"lowering it failed ({type(e).__name__}: {e}); replays run the host program")
+                log.warning("trident: %s: no replay plan for specialization %d: %s", name, index, plan[0].reason)
         return builder.text()
 
     stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
@@ -125,7 +125,9 @@ def compile_specialization(
         # keep_object: the disk cache (trident.cache) persists the generated object.
         native = NativeModule(llvm_module, [runtime_library], keep_object=options.disk_cache)  # type: ignore[arg-type]
         native.address(guard_symbol)  # generates the code now: a failure is this stage's
-        return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0])
+        writes = tuple(f"{w.path.name}.{w.name}" for w in trace.state_writes)
+        return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0],
+                        writes)
 
     return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
 

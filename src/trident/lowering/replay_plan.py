@@ -23,12 +23,12 @@ tensor, an argument whose sizes or strides are symbolic, or a result that is a v
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from torch_mlir import ir
 
 from .. import exc
-from ..artifact import ReplayPlan
+from ..artifact import NoReplayPlan, ReplayPlan
 from ..capture.inputs import LeafPath
 from ..capture.results import OutputTree, StateWrite
 from ..ir.fx_import import LAUNCH_OP_PREFIX
@@ -197,9 +197,10 @@ class ReplayPlanLowering(HostProgramLowering):
         outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
         launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
         private_views: bool = True, state_writes: Sequence[StateWrite] = (),
+        state: Mapping[tuple[int, tuple[int, ...]], tuple[str, ...]] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                         pool_allocations, private_views, state_writes)  # fmt: skip
+                         pool_allocations, private_views, state_writes, state)  # fmt: skip
         self.static_geometry = static_geometry  # per block argument: its sizes and strides are constants
         self.word_of: dict[str, int] = {}  # SSA value -> its word
         self.addresses: dict[str, str] = {}  # SSA of a root's handle -> SSA of its data address
@@ -396,12 +397,13 @@ def lower_replay_plan(
     outputs: OutputTree, input_paths: Sequence[LeafPath], pool: ConstantPool, ops: OpTable,
     launches: Sequence[object], pool_allocations: bool, static_geometry: Sequence[bool],
     private_views: bool = True, state_writes: Sequence[StateWrite] = (),
-) -> ReplayPlan | str:
+    state: Mapping[tuple[int, tuple[int, ...]], tuple[str, ...]] | None = None,
+) -> ReplayPlan | NoReplayPlan:
     """The plan of the program in @main with its function added to `module`, or why it has none (nothing added
     then but unused declarations)."""
     lowering = ReplayPlanLowering(module, name, main, placeholders, outputs, input_paths, pool, ops, launches,
-                                  pool_allocations, static_geometry, private_views, state_writes)  # fmt: skip
+                                  pool_allocations, static_geometry, private_views, state_writes, state)  # fmt: skip
     try:
         return lowering.plan()
     except Ineligible as e:
-        return str(e)
+        return NoReplayPlan(str(e))

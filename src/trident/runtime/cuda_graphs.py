@@ -12,30 +12,26 @@ steps may write are snapshotted, the call runs directly, the written state is sn
 the call is replayed from the new graph, and its results and written state must equal the direct run's. A
 difference keeps the direct run's state and results and no graph for that specialization. A hit that matches
 no recording (sizes of a symbolic specialization that differ, an input too large to stage that moved) runs
-directly and records another graph, up to four per specialization; one whose hits keep missing stops trying
-(csrc/entry.cpp). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why
-there is none.
+directly and may record another graph, up to four per specialization, the least recently replayed replaced; a
+recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/entry.cpp,
+GraphPolicy). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why there is
+none and when the next try is.
 """
 from __future__ import annotations
 
-import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from trident.artifact import ReplayPlan
-
-if TYPE_CHECKING:
-    from trident.driver import JitFunction
+from trident import abi
+from trident.artifact import NoReplayPlan, ReplayPlan
+from trident.runtime.specialization import CompiledSpecialization
 
 RECORD_AT_HIT = 3  # hits 1-2 settle pooled buffers and matmul plans; the third call records
-DIRECT, RECORD, REPLAY = 0, 1, 2  # Entry.run_spec modes
+DIRECT, RECORD, REPLAY = abi.RUN_DIRECT, abi.RUN_RECORD, abi.RUN_REPLAY  # Entry.run_spec modes
 VERIFIED_SHARE = 4  # the proof snapshots written state twice: at most 1/4 of the device's free memory each time
-
-# Why a specialization has no graph, per JitFunction: spec index -> reason.
-_refusals: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
 def graphs_unavailable() -> str | None:
@@ -84,41 +80,92 @@ def _static_arguments(slots: Sequence[object]) -> list[torch.Tensor]:
             if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is not None]  # fmt: skip
 
 
-def _refuse(fn: JitFunction, index: int, reason: str) -> None:
-    _refusals.setdefault(fn, {})[index] = reason
+class GraphRecorder:
+    """The graph recorder of one jitted function (the entry calls it at a specialization's RECORD_AT_HIT-th hit),
+    and why each of its specializations has no graph. `compiled(index)` is specialization `index`'s code."""
 
+    def __init__(self, compiled: Callable[[int], CompiledSpecialization]) -> None:
+        self._compiled = compiled
+        self.refusals: dict[int, str] = {}  # spec index -> why it has no graph
 
-def record(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...]) -> object:
-    """The entry's graph recorder: runs this call of specialization `index` and, when the program can be a
-    graph that proves itself equal to the direct run, keeps that graph for the specialization's next hits."""
-    from trident.runtime import load_runtime
+    def __call__(self, entry: Any, index: int, slots: tuple[object, ...]) -> object:
+        """Runs this call of specialization `index` and, when the program can be a graph that proves itself equal
+        to the direct run, keeps that graph for the specialization's next hits."""
+        from trident.runtime import load_runtime
 
-    device = _cuda_device(slots)
-    unavailable = graphs_unavailable() if device is not None else "no CUDA tensor among the arguments"
-    if unavailable is None and torch.cuda.is_current_stream_capturing():
-        unavailable = "the call ran inside the caller's own CUDA graph capture"
-    if unavailable is not None:
-        _refuse(fn, index, unavailable)
-        return entry.run_spec(index, slots, DIRECT, None)
-    assert device is not None
-    constants = [c for c in fn.specializations[index].compiled.constants if isinstance(c, torch.Tensor)]
-    constants += _static_arguments(slots)
-    recording = load_runtime().GraphRecording(device.index or 0, constants)
-    failure = _capture(entry, index, slots, recording, device)
-    if failure is not None:
-        _refuse(fn, index, failure)
-        return entry.run_spec(index, slots, DIRECT, None)
-    written = recording.written()
-    recording.forget_written()
-    # Without an analysis of what each Triton kernel stores to, every outside tensor a kernel gets counts as
-    # written (weights a Triton matmul reads included).
-    free, _ = torch.cuda.mem_get_info(device)
-    written_bytes = sum(t.nbytes for t in written)
-    if written_bytes > free // VERIFIED_SHARE:
-        _refuse(fn, index, f"proving the graph would snapshot {written_bytes >> 20} MB of outside state it may "
-                           f"write, more than a quarter of the {free >> 20} MB free on the device")  # fmt: skip
-        return entry.run_spec(index, slots, DIRECT, None)
-    return _prove(fn, entry, index, slots, recording, written)
+        device = _cuda_device(slots)
+        compiled = self._compiled(index)
+        unavailable = graphs_unavailable() if device is not None else "no CUDA tensor among the arguments"
+        if unavailable is None and compiled.artifact.state_writes:
+            # Recording, proving and replaying run the call more than once on the same arguments; each run would
+            # assign again (a DynamicCache would grow by one step per run).
+            writes = ", ".join(compiled.artifact.state_writes[:3])
+            unavailable = f"each run assigns attributes of the call's objects ({writes}), which a recording cannot repeat"
+        if unavailable is None and torch.cuda.is_current_stream_capturing():
+            unavailable = "the call ran inside the caller's own CUDA graph capture"
+        if unavailable is not None:
+            self.refusals[index] = unavailable
+            return entry.run_spec(index, slots, DIRECT, None)
+        assert device is not None
+        constants = [c for c in compiled.constants if isinstance(c, torch.Tensor)]
+        constants += _static_arguments(slots)
+        recording = load_runtime().GraphRecording(device.index or 0, constants)
+        failure = _capture(entry, index, slots, recording, device)
+        if failure is not None:
+            self.refusals[index] = failure
+            return entry.run_spec(index, slots, DIRECT, None)
+        written = recording.written()
+        recording.forget_written()
+        # Without an analysis of what each Triton kernel stores to, every outside tensor a kernel gets counts as
+        # written (weights a Triton matmul reads included).
+        free, _ = torch.cuda.mem_get_info(device)
+        written_bytes = sum(t.nbytes for t in written)
+        if written_bytes > free // VERIFIED_SHARE:
+            self.refusals[index] = (
+                f"proving the graph would snapshot {written_bytes >> 20} MB of outside state it may write, more "
+                f"than a quarter of the {free >> 20} MB free on the device"
+            )
+            return entry.run_spec(index, slots, DIRECT, None)
+        result, failure = _prove(entry, index, slots, recording, written)
+        if failure is not None:
+            self.refusals[index] = failure
+            return result
+        plan = compiled.artifact.replay_plan
+        if isinstance(plan, ReplayPlan):
+            recording.set_plan(compiled.native.address(plan.symbol), plan.words, plan.outputs, plan.steps)
+        entry.add_graph(index, recording)
+        return result
+
+    def describe(self, entry: Any, index: int) -> list[str]:
+        """explain's lines on the specialization's graphs: each recording, or why there is none (nothing when
+        graphs are off or were not tried yet)."""
+        graphs = entry.graphs(index) if entry is not None else None
+        if graphs is None:
+            return []
+        lines = []
+        for recording in graphs["recordings"]:
+            c = recording.counts
+            text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
+                    f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), "
+                    f"{c['host_scalars']} host scalar(s) written by memset nodes); "
+                    f"{c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
+            if c["divergences"] and recording.failure:
+                text += f"; last divergence: {recording.failure}"
+            lines.append(text)
+            plan = _describe_plan(recording.plan, self._compiled(index).artifact.replay_plan)
+            if plan:
+                lines.append(plan)
+        hits = graphs["hits"]
+        if hits < graphs["paused_until_hit"]:
+            lines.append(f"CUDA graphs paused: {graphs['misses']} call(s) matched no recording against "
+                         f"{graphs['replays']} replay(s); calls run directly until hit {graphs['paused_until_hit']} "
+                         f"(now {hits}), then replay resumes")  # fmt: skip
+        reason = self.refusals.get(index)
+        if reason is not None:
+            retry = (f"; next try at hit {graphs['record_after_hit']} (now {hits})"
+                     if graphs["record_after_hit"] > hits else "; tried again at the next call no recording fits")
+            lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason}{retry})")
+        return lines
 
 
 def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, device: torch.device) -> str | None:
@@ -152,9 +199,10 @@ def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, 
     return None if failure is None else f"capture failed: {failure}"
 
 
-def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], recording: Any,
-           written: list[torch.Tensor]) -> object:  # fmt: skip
-    """Direct run, then the first replay from the same state; keep the graph only if both agree bit for bit."""
+def _prove(entry: Any, index: int, slots: tuple[object, ...], recording: Any,
+           written: list[torch.Tensor]) -> tuple[object, str | None]:  # fmt: skip
+    """Direct run, then the first replay from the same state: (the call's result, None) when both agree bit for
+    bit and the graph may be kept, else (the direct run's result, why not)."""
     before = [t.clone() for t in written]
     direct = entry.run_spec(index, slots, DIRECT, None)  # the call itself: its exceptions are the caller's
     after = [t.clone() for t in written]
@@ -175,22 +223,16 @@ def _prove(fn: JitFunction, entry: Any, index: int, slots: tuple[object, ...], r
     if failure is not None:
         for t, saved in zip(written, after):
             t.copy_(saved)
-        _refuse(fn, index, failure)
-        return direct
-    compiled = fn.specializations[index].compiled
-    plan = compiled.artifact.replay_plan
-    if isinstance(plan, ReplayPlan):
-        recording.set_plan(compiled.native.address(plan.symbol), plan.words, plan.outputs, plan.steps)
-    entry.add_graph(index, recording)
-    return replayed
+        return direct, failure
+    return replayed, None
 
 
-def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | str) -> str:
+def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | NoReplayPlan) -> str:
     """explain's line on a recording's replay plan (csrc/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is off."""
     if state is None:
-        if isinstance(plan, ReplayPlan) or plan.startswith("off ("):
+        if isinstance(plan, ReplayPlan) or plan.by_knob:
             return ""
-        return f"  replay plan: none ({plan}); replays run the host program"
+        return f"  replay plan: none ({plan.reason}); replays run the host program"
     text = {
         "learning": "learning from the next replay through the host program",
         "proving": "proving itself against replays through the host program",
@@ -199,30 +241,3 @@ def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | str) -> str:
         "off": f"off ({state['reason']}); replays run the host program",
     }[state["state"]]
     return f"  replay plan: {text}; {state['replays']} replay(s) from it, {state['fallbacks']} through the host program"
-
-
-def describe(fn: JitFunction, index: int) -> list[str]:
-    """explain's lines on the specialization's graphs: each recording, or why there is none (nothing when graphs
-    are off or were not tried yet)."""
-    entry = fn._entry
-    graphs = entry.graphs(index) if entry is not None else {"recordings": [], "off": False}
-    lines = []
-    for recording in graphs["recordings"]:
-        c = recording.counts
-        text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
-                f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), {c['host_scalars']} "
-                f"host scalar(s) written by memset nodes); "
-                f"{c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
-        if c["divergences"] and recording.failure:
-            text += f"; last divergence: {recording.failure}"
-        lines.append(text)
-        plan = _describe_plan(recording.plan, fn.specializations[index].compiled.artifact.replay_plan)
-        if plan:
-            lines.append(plan)
-    if graphs["off"]:
-        lines.append(f"CUDA graphs stopped: {graphs['misses']} call(s) matched no recording against "
-                     f"{graphs['replays']} replay(s); the specialization runs directly")  # fmt: skip
-    reason = _refusals.get(fn, {}).get(index)
-    if reason is not None:
-        lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason})")
-    return lines
