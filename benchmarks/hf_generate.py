@@ -30,10 +30,13 @@ from typing import Any, Callable
 
 import torch
 
-MODELS = {  # Llama-3.2-1B's shape; tiny: a CPU smoke size
+MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=2048,
                      tie_word_embeddings=True),
+    "qwen2-1.5b": dict(family="Qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                       num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, head_dim=128,
+                       max_position_embeddings=2048, tie_word_embeddings=True),
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
 }
@@ -44,11 +47,13 @@ MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt 
 def build_model(name: str, device: torch.device) -> Any:
     import transformers
 
-    config = transformers.LlamaConfig(**MODELS[name])
+    shape = dict(MODELS[name])
+    family = shape.pop("family", "Llama")
+    config = getattr(transformers, f"{family}Config")(**shape)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    return getattr(transformers, f"{family}ForCausalLM")(config).to(device=device, dtype=dtype).eval()
 
 
 def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[torch.Tensor, int], torch.Tensor]]:

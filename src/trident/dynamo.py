@@ -35,14 +35,13 @@ import functools
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import exc
-from .knobs import comma_names, knobs, override
+from .knobs import DECLARED, knobs, override
 
 if TYPE_CHECKING:
     from .driver import JitFunction
@@ -51,53 +50,13 @@ __all__ = ["NOT_OPTIONS", "OPTIONS", "backend", "compiled_graphs", "dynamic_from
 
 
 # -- options ---------------------------------------------------------------------------------------------------
-def _bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError("a bool")
-    return value
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("an int")
-    return value
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError("a number")
-    return float(value)
-
-
-def _path(value: object) -> Path | None:
-    if value is None or isinstance(value, (str, Path)):
-        return Path(value) if value else None
-    raise TypeError("a path (str or pathlib.Path) or None")
-
-
-def _names(value: object) -> frozenset[str]:
-    """A comma list as the environment variable spells it, or an iterable of names."""
-    if isinstance(value, str):
-        return comma_names(value)
-    if isinstance(value, Iterable) and all(isinstance(n, str) for n in value):
-        return frozenset(value)
-    raise TypeError("a comma-separated str or an iterable of str")
-
-
-# Knob field -> what checks and converts an option's value. `disable` returns the GraphModule itself (eager), as
-# TRIDENT_DISABLE does for trident.jit. The knobs that are not options say why in NOT_OPTIONS.
+# Knob name -> what checks and converts an option's value (knobs.Knob.value). `disable` returns the GraphModule
+# itself (eager), as TRIDENT_DISABLE does for trident.jit. The knobs that are not options say why in NOT_OPTIONS.
 OPTIONS: dict[str, Callable[[object], object]] = {
-    "disable": _bool, "dump_ir": _path, "log": _names, "max_specializations": _int, "buffer_pool_mb": _number,
-    "matmul_plans": _bool, "private_views": _bool, "strict": _bool, "see_through": _bool, "opaque_ops": _names,
-    "cuda_graphs": _bool, "replay_plan": _bool,
-}  # fmt: skip
-NOT_OPTIONS = {
-    "cache_dir": "the native runtime is built and loaded once per process, under TRIDENT_CACHE_DIR",
-    # Measured: a record stored for a graph never fits in another process (the state a GraphModule holds differs
-    # per process), so storing them would only fill the disk. Graphs are compiled in each process.
-    "disk_cache": "warm start does not cover torch.compile graphs: they compile in each process",
-    "disk_cache_dir": "warm start does not cover torch.compile graphs",
-    "disk_cache_max_mb": "warm start does not cover torch.compile graphs",
+    name: declared.value for name, declared in DECLARED.items() if not declared.not_an_option
+}
+NOT_OPTIONS: dict[str, str] = {
+    name: declared.not_an_option for name, declared in DECLARED.items() if declared.not_an_option
 }
 # What every graph's misses run under, whatever the options.
 _GRAPH_KNOBS: dict[str, object] = {"disk_cache": False}

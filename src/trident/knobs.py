@@ -6,7 +6,9 @@ changes what a compile produces. Everything else is derived from those declarati
   - `from_environment()`, which fills `knobs` when trident is imported;
   - `KNOB_DOCS` and `markdown_table()`, the README's knob table (tests/unit/test_docs.py keeps them equal);
   - `CompileOptions`, what one compile reads of the knobs, and its `key()`, the knobs that change what a compile
-    produces, which is part of the disk cache's key (cache/key.py).
+    produces, which is part of the disk cache's key (cache/key.py);
+  - the options of `torch.compile(..., backend="trident", options=...)` (dynamo.py): each knob by name, its value
+    checked by `Knob.value` (from `parse`), except those declared with `not_an_option`, which says why.
 
 Tests scope a change with `knobs.override(name=value)`; nothing else in Trident reads os.environ.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,52 @@ def _default_cache_dir() -> Path:
     return Path(base) / "trident"
 
 
+# What a knob set by name from Python (a torch.compile option) must be, checked and converted; one per `parse`.
+def _as_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("a bool")
+    return value
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("an int")
+    return value
+
+
+def _as_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("a number")
+    return float(value)
+
+
+def _as_path_or_none(value: object) -> Path | None:
+    if value is None or isinstance(value, (str, Path)):
+        return Path(value) if value else None
+    raise TypeError("a path (str or pathlib.Path) or None")
+
+
+def _as_path(value: object) -> Path:
+    if isinstance(value, (str, Path)) and str(value):
+        return Path(value)
+    raise TypeError("a path (str or pathlib.Path)")
+
+
+def _as_names(value: object) -> frozenset[str]:
+    """A comma list as the environment variable spells it, or an iterable of names."""
+    if isinstance(value, str):
+        return comma_names(value)
+    if isinstance(value, Iterable) and all(isinstance(n, str) for n in value):
+        return frozenset(value)
+    raise TypeError("a comma-separated str or an iterable of str")
+
+
+_VALUE_OF: dict[Callable[[str], object], Callable[[object], object]] = {
+    flag: _as_bool, flag_on_unless_off: _as_bool, comma_names: _as_names, path_or_none: _as_path_or_none,
+    Path: _as_path, int: _as_int, float: _as_number,
+}  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One knob's declaration. The field of `Knobs` it is attached to names it."""
@@ -62,6 +110,13 @@ class Knob:
     compiles: bool = False
     # What of the value a compile depends on, given the compile's CompileOptions (None: the value itself).
     compiled_as: Callable[[CompileOptions], object] | None = None
+    # Why torch.compile's options cannot set it per graph (empty: they can).
+    not_an_option: str = ""
+
+    def value(self, value: object) -> object:
+        """`value` set from Python, checked and converted as the variable's text would be parsed; raises TypeError
+        naming what it must be."""
+        return _VALUE_OF[self.parse](value)
 
     def read(self, environ: Mapping[str, str]) -> object:
         if self.env in environ:
@@ -75,10 +130,12 @@ _KNOB = "trident.knob"  # the key of a declaration in its field's metadata
 def knob(
     env: str, setting: str, doc: str, *, parse: Callable[[str], object], default: object = None,
     default_factory: Callable[[], object] | None = None, compiles: bool = False,
-    compiled_as: Callable[[CompileOptions], object] | None = None,
+    compiled_as: Callable[[CompileOptions], object] | None = None, not_an_option: str = "",
 ) -> Any:  # Any, as dataclasses.field is: the field's annotation is its type
     """Declares the knob of the `Knobs` field it is assigned to."""
-    declaration = Knob(env, setting, doc, parse, default, default_factory, compiles, compiled_as)
+    if parse not in _VALUE_OF:
+        raise TypeError(f"{env}: no Python value check for parse={parse!r} (knobs._VALUE_OF)")
+    declaration = Knob(env, setting, doc, parse, default, default_factory, compiles, compiled_as, not_an_option)
     metadata = {_KNOB: declaration}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -108,6 +165,7 @@ class Knobs:
         "cache root (default `~/.cache/trident`), writable only by you: the runtime build and compiled "
         "specializations",
         parse=Path, default_factory=_default_cache_dir,
+        not_an_option="the native runtime is built and loaded once per process, under TRIDENT_CACHE_DIR",
     )  # fmt: skip
     max_specializations: int = knob(
         "TRIDENT_MAX_SPECIALIZATIONS", "N",
@@ -117,17 +175,20 @@ class Knobs:
     disk_cache: bool = knob(
         "TRIDENT_DISK_CACHE", "0", "neither load compiled specializations from disk nor store new ones (default on)",
         parse=flag_on_unless_off, default=True,
+        # Measured: a record stored for a graph never fits in another process (the state a GraphModule holds
+        # differs per process), so storing them would only fill the disk. Graphs are compiled in each process.
+        not_an_option="warm start does not cover torch.compile graphs: they compile in each process",
     )  # fmt: skip
     # Its own knob so that tests and tools can use a fresh specialization cache without rebuilding the runtime.
     disk_cache_dir: Path | None = knob(
         "TRIDENT_DISK_CACHE_DIR", "DIR",
         "where compiled specializations persist (default `<TRIDENT_CACHE_DIR>/specializations`)",
-        parse=path_or_none, default=None,
+        parse=path_or_none, default=None, not_an_option="warm start does not cover torch.compile graphs",
     )  # fmt: skip
     disk_cache_max_mb: float = knob(
         "TRIDENT_DISK_CACHE_MAX_MB", "N",
         "size limit of that cache; least recently used entries are evicted first (default 1024)",
-        parse=float, default=1024.0,
+        parse=float, default=1024.0, not_an_option="warm start does not cover torch.compile graphs",
     )  # fmt: skip
     # Kept buffers are reused when nothing else holds them (csrc/buffer_pool.cpp). A compile depends only on
     # whether allocations are pooled; the size is read when a specialization is instantiated.

@@ -505,6 +505,16 @@ PyObject* entry_add_graph(PyObject* self_obj, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// never_record(index): the recorder will not be called again for the specialization (a permanent refusal: no
+// CUDA tensor among its arguments, a run that assigns into them); recordings it has keep replaying.
+PyObject* entry_never_record(PyObject* self_obj, PyObject* arg) {
+  EntryObject* self = as_entry(self_obj);
+  const unsigned long index = PyLong_AsUnsignedLong(arg);
+  if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
+  self->state->specs[index].policy.record_after_hit = UINT64_MAX;
+  Py_RETURN_NONE;
+}
+
 // graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays, graph misses
 // and hits, and its GraphPolicy: the hit replay is paused until, the hit before which it records no more, how
 // often replay paused, how often the recorder ran.
@@ -721,6 +731,7 @@ PyMethodDef entry_methods[] = {
     {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
      "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
     {"add_graph", entry_add_graph, METH_VARARGS, "add_graph(index, recording): replay it on hits too"},
+    {"never_record", entry_never_record, METH_O, "never_record(index): no more recorder calls for it"},
     {"graphs", entry_graphs, METH_O,
      "graphs(index) -> {recordings, replays, misses, hits, paused_until_hit, record_after_hit, pauses, "
      "recordings_tried}"},

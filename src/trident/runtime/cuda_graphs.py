@@ -31,6 +31,7 @@ from trident.runtime.specialization import CompiledSpecialization
 
 RECORD_AT_HIT = 3  # hits 1-2 settle pooled buffers and matmul plans; the third call records
 DIRECT, RECORD, REPLAY = abi.RUN_DIRECT, abi.RUN_RECORD, abi.RUN_REPLAY  # Entry.run_spec modes
+_NEVER = 2**64 - 1  # record_after_hit of a specialization the recorder refused for good (Entry.never_record)
 VERIFIED_SHARE = 4  # the proof snapshots written state twice: at most 1/4 of the device's free memory each time
 
 
@@ -95,16 +96,19 @@ class GraphRecorder:
 
         device = _cuda_device(slots)
         compiled = self._compiled(index)
-        unavailable = graphs_unavailable() if device is not None else "no CUDA tensor among the arguments"
-        if unavailable is None and compiled.artifact.state_writes:
+        # For good: what no later call of this specialization changes.
+        never = graphs_unavailable() if device is not None else "no CUDA tensor among the arguments"
+        if never is None and compiled.artifact.state_writes:
             # Recording, proving and replaying run the call more than once on the same arguments; each run would
             # assign again (a DynamicCache would grow by one step per run).
             writes = ", ".join(compiled.artifact.state_writes[:3])
-            unavailable = f"each run assigns attributes of the call's objects ({writes}), which a recording cannot repeat"
-        if unavailable is None and torch.cuda.is_current_stream_capturing():
-            unavailable = "the call ran inside the caller's own CUDA graph capture"
-        if unavailable is not None:
-            self.refusals[index] = unavailable
+            never = f"each run assigns attributes of the call's objects ({writes}), which a recording cannot repeat"
+        if never is not None:
+            self.refusals[index] = never
+            entry.never_record(index)
+            return entry.run_spec(index, slots, DIRECT, None)
+        if torch.cuda.is_current_stream_capturing():  # this call only: tried again after the backoff
+            self.refusals[index] = "the call ran inside the caller's own CUDA graph capture"
             return entry.run_spec(index, slots, DIRECT, None)
         assert device is not None
         constants = [c for c in compiled.constants if isinstance(c, torch.Tensor)]
@@ -162,8 +166,9 @@ class GraphRecorder:
                          f"(now {hits}), then replay resumes")  # fmt: skip
         reason = self.refusals.get(index)
         if reason is not None:
-            retry = (f"; next try at hit {graphs['record_after_hit']} (now {hits})"
-                     if graphs["record_after_hit"] > hits else "; tried again at the next call no recording fits")
+            after = graphs["record_after_hit"]
+            retry = ("" if after == _NEVER else f"; next try at hit {after} (now {hits})" if after > hits
+                     else "; tried again at the next call no recording fits")
             lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason}{retry})")
         return lines
 
