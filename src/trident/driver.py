@@ -30,7 +30,8 @@ import torch
 from . import exc
 from .cache import warm_start
 from .capture import module_state, user_state
-from .capture.guards import GuardSet, build_guards, describe_guards, first_failure, see_through_guards
+from .capture.guard_set import guard_set
+from .capture.guards import GuardSet, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
@@ -41,7 +42,7 @@ from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
-from .capture.int64_ranges import int64_overflow, int64_range_guards
+from .capture.int64_ranges import int64_overflow
 from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
@@ -177,6 +178,20 @@ class JitFunction:
                     tell(entry)
         return self._entry
 
+    def when_entry_exists(self, tell: Callable[[Any], None]) -> None:
+        """`tell(entry)` now if the native entry exists, else once it is made (a wrapper class takes its call
+        slot: module.py, lazy_entry.py)."""
+        with _entry_lock:
+            if self._entry is None:
+                self._on_entry.append(tell)
+                return
+        tell(self._entry)
+
+    @property
+    def runtime_library(self) -> str:
+        """The path of the native runtime library this function's code links against (warm start links it)."""
+        self.make_entry()
+        return self._runtime_library
 
     def use_cuda_graphs(self, on: bool) -> None:
         """Record and replay CUDA graphs for this function's specializations (TRIDENT_CUDA_GRAPHS=1 turns it on
@@ -410,12 +425,8 @@ class JitFunction:
             return None, None
         index = len(self.specializations)
         try:
-            roots = module_state.module_roots(self.fn, self.param_names, list(values))
-            guards = build_guards(facts, trace, module_state.tensor_names(roots))
-            module_guards = module_reads.guards(module_state.module_paths(roots))
-            guards.attributes = module_guards + see_through_guards(trace.see_through)
-            guards.relations += int64_range_guards(trace, guards)
-            artifact = compile_specialization(self.name, index, trace, facts, guards, self._runtime_library, options)
+            guards = guard_set(self.fn, self.param_names, values, facts, trace, module_reads)
+            artifact = compile_specialization(self.name, index, trace, facts, guards, self.runtime_library, options)
             try:
                 compiled = instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register

@@ -44,9 +44,7 @@ class LazyEntry:
                 from .driver import JitFunction
 
                 jit = JitFunction(cls._fn)
-                jit._on_entry.append(lambda entry: setattr(cls, "__call__", staticmethod(entry)))
-                if jit._entry is not None:  # the runtime was loaded meanwhile
-                    cls.__call__ = staticmethod(jit._entry)  # type: ignore[method-assign,assignment]
+                jit.when_entry_exists(lambda entry: setattr(cls, "__call__", staticmethod(entry)))
                 cls._jit = jit
         return cls._jit
 

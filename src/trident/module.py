@@ -80,11 +80,9 @@ def jit_module(module: nn.Module) -> nn.Module:
         "__reduce_ex__": _reduce_ex,
     }
     wrapper_class = type(cls.__name__, (cls,), namespace)
-    if jit._entry is not None:
-        wrapper_class.__call__ = jit._entry  # type: ignore[assignment]
-    else:  # the runtime is not built yet: the first call builds it, then the entry takes the slot
-        wrapper_class.__call__ = _first_call  # type: ignore[assignment]
-        jit._on_entry.append(lambda entry: setattr(wrapper_class, "__call__", entry))
+    # Until the runtime is built, the first call builds it; then the entry takes the slot.
+    wrapper_class.__call__ = _first_call  # type: ignore[assignment]
+    jit.when_entry_exists(lambda entry: setattr(wrapper_class, "__call__", entry))
     wrapper = object.__new__(wrapper_class)
     object.__setattr__(wrapper, "__dict__", module.__dict__)
     return wrapper

@@ -75,7 +75,7 @@ class JitFunction(Protocol):
     param_names: list[str]
     n_positional: int
     dynamism: Any
-    _runtime_library: str
+    runtime_library: str
 
 
 class Specialization(Protocol):
@@ -228,7 +228,7 @@ class Session:
             return reason
         start = time.perf_counter()
         try:
-            library = link_shared_library(compiled.native, jit._runtime_library)  # type: ignore[arg-type]
+            library = link_shared_library(compiled.native, jit.runtime_library)  # type: ignore[arg-type]
         except LinkError as e:
             return str(e)
         known = [id(c) for c in compiled.constants] + [compiled.guard_address, compiled.run_address]
@@ -268,7 +268,7 @@ def begin(jit: JitFunction, values: Sequence[object], facts: CallFacts) -> Sessi
     fn_roots: list[Root] = []
     try:
         fn_roots = function_roots(jit.fn) + argument_roots(facts)
-        key = lookup_key(jit.fn, jit.param_names, jit.n_positional, jit._runtime_library, facts, jit.dynamism)
+        key = lookup_key(jit.fn, jit.param_names, jit.n_positional, jit.runtime_library, facts, jit.dynamism)
     except Exception as e:  # the cache must never fail a call: compile as without it, and say why
         log.warning("trident: the disk cache cannot handle '%s' (compiling without it): %s: %s", jit.name,
                     type(e).__name__, e)
