@@ -92,6 +92,9 @@ def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) ->
     """ms per replay of one decode step (position `prompt`) captured by hand as a CUDA graph: device time."""
     import transformers
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.llm.hand_graph import capture_by_hand
+
     model = build_model(args.model, device)
     cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
     config = model.config
@@ -102,15 +105,7 @@ def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) ->
               "cache_position": torch.tensor([args.prompt], device=device)}
     step = lambda: model(**inputs, past_key_values=cache, use_cache=True).logits  # noqa: E731
     with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        graph, _ = capture_by_hand(step)
         graph.replay()
         torch.cuda.synchronize()
         times = []
