@@ -104,10 +104,11 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
 
 @gpu
 def test_a_large_input_that_moves_is_recorded_again_after_a_backoff_and_replay_pauses_but_never_stops() -> None:
-    """An input too large to stage that moves between calls matches no recording: the call runs directly. The
-    recorder runs again only after a backoff (16 hits after a recording), and replay pauses for a while once misses
-    outnumber replays by 16; neither stops for good, and the recordings made (at most four, the least recently
-    replayed replaced) still replay the calls they fit."""
+    """An input too large to stage that moves between calls matches no recording: the call runs directly. After a
+    recording that never replayed, the recorder waits a backoff (16 hits, then longer); after one that did, the
+    next call no recording fits is recorded at once. Replay pauses for a while once misses outnumber replays by
+    16. Neither stops for good, and the recordings made (at most four, the least recently replayed replaced) still
+    replay the calls they fit."""
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.silu(x @ w) * 2
@@ -120,7 +121,7 @@ def test_a_large_input_that_moves_is_recorded_again_after_a_backoff_and_replay_p
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
     graphs = entry.graphs(0)
     assert len(graphs["recordings"]) == 1 and graphs["replays"] == 0, trident.explain(with_graphs)
-    assert graphs["record_after_hit"] == cuda_graphs.RECORD_AT_HIT - 1 + 16, graphs  # the backoff after a recording
+    assert graphs["record_after_hit"] == cuda_graphs.RECORD_AT_HIT - 1 + 16, graphs  # a recording that never replayed
     assert "moved (a tensor at another address)" in graphs["recordings"][-1].failure
     recorded = xs[cuda_graphs.RECORD_AT_HIT - 1]  # the input of the first recording call
     for _ in range(3):
@@ -130,9 +131,10 @@ def test_a_large_input_that_moves_is_recorded_again_after_a_backoff_and_replay_p
     for x in moving:
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
     graphs = entry.graphs(0)
-    # Recorded again at hit 18 (the 8th of these calls); replay paused once misses passed replays + 16.
+    # The first of these calls is recorded at once (the recording before it had replayed); the next would wait
+    # for the backoff, and replay paused once misses passed replays + 16.
     assert graphs["recordings_tried"] == 2 and len(graphs["recordings"]) == 2 and graphs["pauses"] == 1, graphs
-    for x in (recorded, moving[7]):  # both recordings still replay what they fit
+    for x in (recorded, moving[0]):  # both recordings still replay what they fit
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
     assert entry.graphs(0)["replays"] == 5, trident.explain(with_graphs)
     assert_native(with_graphs, hits=8 + 3 + 30 + 2, compiles=1)

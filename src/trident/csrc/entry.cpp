@@ -29,9 +29,10 @@ namespace {
 // (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per generate() each need their own); a new one replaces
 // the least recently replayed. A miss costs a partial replay-mode run per recording before the direct one, so
 // when hits miss every recording more often than kGraphMissAllowance beyond their replays, replay pauses.
-// Nothing stops for good: a recording that failed or never replayed, and a pause, are retried after a backoff
-// that doubles from kFirstBackoff hits to kMaxBackoff while they keep failing (a Triton variant compiling at the
-// moment of a recording, inputs that were changing for a while).
+// A call no recording fits is recorded at once while the recordings made so far replay; after a recording that
+// failed or never replayed, the next waits a backoff that doubles from kFirstBackoff hits to kMaxBackoff while
+// they keep failing, and a pause lasts such a backoff too. Nothing stops for good on a transient cause (a Triton
+// variant compiling at the moment of a recording, inputs that were changing for a while).
 constexpr Py_ssize_t kMaxRecordings = 4;
 constexpr uint64_t kGraphMissAllowance = 16;
 constexpr uint64_t kFirstBackoff = 16;
@@ -40,7 +41,8 @@ constexpr uint64_t kMaxBackoff = 4096;
 // A specialization's graph replay state over its hits (the recorder and replays: runtime/cuda_graphs.py,
 // graph_replay.cpp).
 struct GraphPolicy {
-  uint64_t record_after_hit = 0;        // no recorder call before this hit
+  bool never_record = false;           // the recorder refused for good (Entry.never_record)
+  uint64_t last_record_hit = 0;         // the hit of the last recorder call
   uint64_t record_backoff = kFirstBackoff;
   uint64_t replays_at_last_record = 0;  // graph_replays when the recorder was last called
   uint64_t paused_until_hit = 0;        // no replay before this hit
@@ -222,13 +224,24 @@ trident::graphs::ReplayOutcome replay_graphs(EntryObject* self, uint32_t index, 
   return outcome;
 }
 
-// Before a recorder call: when the previous one left no replay (it failed, or its graph matched no later call),
-// wait twice as long before the next; else start over from the first backoff.
+// Whether the last recorder call has not paid off: no replay since (it failed, or its graph fit no later call).
+bool last_recording_unused(const Spec& spec) {
+  return spec.recordings_tried > 0 && spec.graph_replays == spec.policy.replays_at_last_record;
+}
+
+// The hit from which the recorder may be called for a call no recording fits: at once while recordings replay
+// (batch 1 and 8 alternating get theirs without delay), a backoff after one that did not.
+uint64_t record_after_hit(const Spec& spec) {
+  const GraphPolicy& policy = spec.policy;
+  if (policy.never_record) return UINT64_MAX;
+  return last_recording_unused(spec) ? policy.last_record_hit + policy.record_backoff : 0;
+}
+
+// Before a recorder call: after one that did not pay off, the next backoff doubles; else it starts over.
 void note_recording(Spec& spec) {
   GraphPolicy& policy = spec.policy;
-  const bool useless = spec.recordings_tried > 0 && spec.graph_replays == policy.replays_at_last_record;
-  policy.record_backoff = useless ? std::min(policy.record_backoff * 2, kMaxBackoff) : kFirstBackoff;
-  policy.record_after_hit = spec.hits + policy.record_backoff;
+  policy.record_backoff = last_recording_unused(spec) ? std::min(policy.record_backoff * 2, kMaxBackoff) : kFirstBackoff;
+  policy.last_record_hit = spec.hits;
   policy.replays_at_last_record = spec.graph_replays;
   ++spec.recordings_tried;
 }
@@ -301,7 +314,8 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
       }
     }
     if (may_record && !paused && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
-        spec.hits >= spec.policy.record_after_hit && state->clears == clears && make_room(state->specs[index])) {
+        spec.hits >= record_after_hit(state->specs[index]) && state->clears == clears &&
+        make_room(state->specs[index])) {
       // Python records (and proves) the graph, running this call; rare, like a miss.
       note_recording(state->specs[index]);
       out = record_graph(self, index, slots.data);
@@ -511,7 +525,7 @@ PyObject* entry_never_record(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
   if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
-  self->state->specs[index].policy.record_after_hit = UINT64_MAX;
+  self->state->specs[index].policy.never_record = true;
   Py_RETURN_NONE;
 }
 
@@ -530,7 +544,7 @@ PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
                        (unsigned long long)spec.graph_replays, "misses", (unsigned long long)spec.graph_misses,
                        "hits", (unsigned long long)spec.hits, "paused_until_hit",
                        (unsigned long long)policy.paused_until_hit, "record_after_hit",
-                       (unsigned long long)policy.record_after_hit, "pauses", (unsigned)policy.pauses,
+                       (unsigned long long)record_after_hit(spec), "pauses", (unsigned)policy.pauses,
                        "recordings_tried", (unsigned)spec.recordings_tried);
 }
 
