@@ -146,3 +146,22 @@ def test_strings_are_compared_by_value() -> None:
             assert torch.equal(f(torch.ones(2), "".join(["dou", "ble"])), torch.full((2,), 2.0))
     assert_native(f, hits=3, compiles=1)
     assert "how: value == 'double'" in trident.explain(f)
+
+
+def test_an_object_with_slots_is_guarded_by_identity() -> None:
+    """State kept in __slots__ is not in the instance dict the walk reads: such an object is guarded as a whole."""
+
+    class Slotted:
+        __slots__ = ("t", "__dict__")
+
+        def __init__(self) -> None:
+            self.t = torch.ones(2)
+
+    f = trident.jit(lambda o, x: o.t + x)
+    first, second = Slotted(), Slotted()
+    second.t = torch.full((2,), 5.0)
+    with torch.no_grad():
+        assert torch.equal(f(first, torch.ones(2)), torch.full((2,), 2.0))
+        assert torch.equal(f(second, torch.ones(2)), torch.full((2,), 6.0))  # its own slot, not the first's
+    assert "o: the same Slotted object as at capture" in trident.explain(f)
+    assert_native(f, hits=2, compiles=2)

@@ -206,7 +206,24 @@ def is_state_object(value: object) -> bool:
             cls.__module__.startswith(("torch.", "torch_mlir", "triton.", "trident.", "sympy.")):
         return False
     attributes = getattr(value, "__dict__", None)
-    return type(attributes) is dict and all(type(k) is str for k in attributes)
+    return type(attributes) is dict and all(type(k) is str for k in attributes) and _all_state_in_dict(cls)
+
+
+_PLAIN_SIZE = type("_Plain", (), {}).__basicsize__
+
+
+@functools.lru_cache(maxsize=1024)
+def _all_state_in_dict(cls: type) -> bool:
+    """No state outside the instance dict: no __slots__ (their values would be read as constants, unguarded) and
+    no C base with a layout of its own (an ndarray subclass keeps its data there)."""
+    if cls.__basicsize__ > _PLAIN_SIZE or cls.__itemsize__:
+        return False
+    for c in cls.__mro__[:-1]:
+        slots = c.__dict__.get("__slots__")
+        names = (slots,) if isinstance(slots, str) else tuple(slots or ())
+        if any(name not in ("__dict__", "__weakref__") for name in names):
+            return False
+    return True
 
 
 def _walkable_state(value: object, walked: set[int]) -> bool:
