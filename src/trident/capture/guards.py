@@ -19,7 +19,7 @@ import torch
 
 from .. import abi
 from .constant_views import byte_distance
-from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, item_at
+from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, leaf_value
 from .native_numbers import (
     INT64_MAX, INT64_MIN, LeavesInt64, check_relation, float_bits, has_float, python_int_value,
 )
@@ -480,15 +480,6 @@ def _shape_env_relations(trace: Trace, bound: set[sympy.Symbol]) -> list[Relatio
 
 # ---------------------------------------------------------------------------------------------------------
 # Python explanations (miss reasons): the same checks as the native guards, phrased for the user.
-
-
-def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[object]) -> object:
-    if path.is_constant:
-        return constants[path.items[0]]
-    value = args[path.param]
-    for i in path.items:
-        value = item_at(value, i)
-    return value
 
 
 def first_failure(

@@ -19,7 +19,7 @@ import dataclasses
 import enum
 import functools
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -275,21 +275,14 @@ def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: S
     return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
 
 
-def state_attribute_names(facts: CallFacts) -> dict[tuple[int, tuple[int, ...]], tuple[str, ...]]:
-    """(param, items) -> attribute names in order, of each state object of the call."""
-    return {_key(s.path): s.keys for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
+def state_attribute_names(sequences: Iterable[SequenceFact]) -> dict[tuple[int, tuple[int, ...]], tuple[str, ...]]:
+    """(param, items) -> attribute names in order, of each state object among a call's sequences."""
+    return {_key(s.path): s.keys for s in sequences if s.kind == abi.SEQ_OBJECT}
 
 
 def state_objects(values: Sequence[object], facts: CallFacts) -> dict[int, LeafPath]:
     """id -> path of the call's state objects (the objects themselves are the caller's, alive through the call)."""
-    out: dict[int, LeafPath] = {}
-    for s in facts.sequences:
-        if s.kind == abi.SEQ_OBJECT:
-            value: object = values[s.path.param]
-            for i in s.path.items:
-                value = item_at(value, i)
-            out[id(value)] = s.path
-    return out
+    return {id(leaf_value(s.path, values, ())): s.path for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
 
 
 class InstalledState:
@@ -379,6 +372,16 @@ def installed_in_state(
 def _is_argument_dict(value: object) -> bool:
     """A dict walked like a tuple (Hugging Face passes per-layer-type attention masks so): exactly a dict, str keys."""
     return type(value) is dict and all(type(k) is str for k in value)  # type: ignore[union-attr]
+
+
+def leaf_value(path: LeafPath, args: Sequence[object], constants: Sequence[object]) -> object:
+    """The value at `path` in a call's arguments (or among a specialization's constants)."""
+    if path.is_constant:
+        return constants[path.items[0]]
+    value = args[path.param]
+    for i in path.items:
+        value = item_at(value, i)
+    return value
 
 
 def item_at(container: object, index: int) -> object:

@@ -11,7 +11,7 @@ import sympy
 
 from ..abi import family
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
-from ..capture.inputs import LeafKind, LeafPath
+from ..capture.inputs import LeafKind, LeafPath, state_attribute_names
 from ..capture.native_numbers import float_bits
 from ..ir.mlir_text import F64, I32, I64, PTR, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
@@ -28,9 +28,7 @@ def device_type_code(device_type: str) -> int:
 
 def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
     fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=abi.GUARD_MISS)
-    access = LeafAccess(fb, "%ctx", "%slots", pool,
-                        {(g.fact.path.param, g.fact.path.items): g.fact.keys for g in guards.sequences
-                         if g.fact.kind == abi.SEQ_OBJECT})
+    access = LeafAccess(fb, "%ctx", "%slots", pool, state_attribute_names(g.fact for g in guards.sequences))
 
     state = fb.call(abi.GLOBAL_STATE, [])
     assert state is not None

@@ -88,10 +88,11 @@ def compile_specialization(
         lower_guards(builder, guard_symbol, guards, pool)
         main = _find_main(torch_module)  # type: ignore[arg-type]
         input_paths = [leaf.path for leaf in facts.leaves]
+        state = state_attribute_names(facts.sequences)
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
             launches, pool_allocations=options.pool_allocations, private_views=options.private_views,
-            state_writes=trace.state_writes, state=state_attribute_names(facts),
+            state_writes=trace.state_writes, state=state,
         )
         host.run()
         aten_calls.extend(host.aten_calls)
@@ -106,7 +107,7 @@ def compile_specialization(
                 plan[0] = lower_replay_plan(
                     builder, f"trident_replay_words_{index}", main, sources, trace.outputs, input_paths, pool, ops,
                     launches, options.pool_allocations, static, private_views=options.private_views,
-                    state_writes=trace.state_writes, state=state_attribute_names(facts),
+                    state_writes=trace.state_writes, state=state,
                 )  # fmt: skip
             except Exception as e:  # noqa: BLE001 - a bug of the optional plan must not cost the program its compile
                 if options.strict:
