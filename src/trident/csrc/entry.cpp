@@ -14,42 +14,18 @@
  * Face's ModelOutput) comes back from the compiled run as a tuple headed by a ResultBuilder, which the entry
  * calls (the result's own constructor) before returning.
  */
-#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime_internal.h"
+#include "graph_policy.h"
 #include "graph_replay.h"
 
 #include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
 
 namespace {
 
-// When a specialization may replay and record (GraphPolicy). At most kMaxRecordings recordings are kept
-// (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per generate() each need their own); a new one replaces
-// the least recently replayed. A miss costs a partial replay-mode run per recording before the direct one, so
-// when hits miss every recording more often than kGraphMissAllowance beyond their replays, replay pauses.
-// A call no recording fits is recorded at once while the recordings made so far replay; after a recording that
-// failed or never replayed, the next waits a backoff that doubles from kFirstBackoff hits to kMaxBackoff while
-// they keep failing, and a pause lasts such a backoff too. Nothing stops for good on a transient cause (a Triton
-// variant compiling at the moment of a recording, inputs that were changing for a while).
-constexpr Py_ssize_t kMaxRecordings = 4;
-constexpr uint64_t kGraphMissAllowance = 16;
-constexpr uint64_t kFirstBackoff = 16;
-constexpr uint64_t kMaxBackoff = 4096;
-
-// A specialization's graph replay state over its hits (the recorder and replays: runtime/cuda_graphs.py,
-// graph_replay.cpp).
-struct GraphPolicy {
-  bool never_record = false;           // the recorder refused for good (Entry.never_record)
-  uint64_t last_record_hit = 0;         // the hit of the last recorder call
-  uint64_t record_backoff = kFirstBackoff;
-  uint64_t replays_at_last_record = 0;  // graph_replays when the recorder was last called
-  uint64_t paused_until_hit = 0;        // no replay before this hit
-  uint64_t pause_backoff = kFirstBackoff;
-  uint64_t misses_base = 0, replays_base = 0;  // graph_misses and graph_replays when replay last paused
-  uint32_t pauses = 0;
-};
+using trident::graphs::GraphPolicy;
 
 struct Spec {
   trident_guard_fn guard;
@@ -61,9 +37,7 @@ struct Spec {
   // CUDA graph replay (graph_replay.h): the recordings tried in turn, most recently replayed first (a list, strong,
   // or NULL before the first); a hit no recording matches runs directly and counts as a graph miss.
   PyObject* graphs;
-  uint32_t recordings_tried;  // calls of the graph recorder for this specialization
-  uint64_t graph_replays, graph_misses;  // since the specialization was added
-  GraphPolicy policy;
+  GraphPolicy policy;  // when it replays and records (graph_policy.h)
 };
 
 struct EntryState {
@@ -206,49 +180,17 @@ trident::graphs::ReplayOutcome replay_graphs(EntryObject* self, uint32_t index, 
   Py_DECREF(list);
   if (state->clears != clears) return outcome;
   Spec& live = state->specs[index];
-  GraphPolicy& policy = live.policy;
-  if (outcome == ReplayOutcome::kReplayed) {
-    ++live.graph_replays;
-    policy.pause_backoff = kFirstBackoff;
-  }
-  if (outcome == ReplayOutcome::kDirect &&
-      ++live.graph_misses - policy.misses_base > live.graph_replays - policy.replays_base + kGraphMissAllowance) {
-    policy.paused_until_hit = live.hits + policy.pause_backoff;  // then the counts start again
-    policy.pause_backoff = std::min(policy.pause_backoff * 2, kMaxBackoff);
-    policy.misses_base = live.graph_misses;
-    policy.replays_base = live.graph_replays;
-    ++policy.pauses;
-  }
+  if (outcome == ReplayOutcome::kReplayed) live.policy.on_replay();
+  if (outcome == ReplayOutcome::kDirect) live.policy.on_miss(live.hits);
   // A kernel variant Triton has yet to compile: the direct run does, and the recordings patch it in later.
   if (outcome == ReplayOutcome::kDirect && new_variant) return ReplayOutcome::kNotHere;
   return outcome;
 }
 
-// Whether the last recorder call has not paid off: no replay since (it failed, or its graph fit no later call).
-bool last_recording_unused(const Spec& spec) {
-  return spec.recordings_tried > 0 && spec.graph_replays == spec.policy.replays_at_last_record;
-}
-
-// The hit from which the recorder may be called for a call no recording fits: at once while recordings replay
-// (batch 1 and 8 alternating get theirs without delay), a backoff after one that did not.
-uint64_t record_after_hit(const Spec& spec) {
-  const GraphPolicy& policy = spec.policy;
-  if (policy.never_record) return UINT64_MAX;
-  return last_recording_unused(spec) ? policy.last_record_hit + policy.record_backoff : 0;
-}
-
-// Before a recorder call: after one that did not pay off, the next backoff doubles; else it starts over.
-void note_recording(Spec& spec) {
-  GraphPolicy& policy = spec.policy;
-  policy.record_backoff = last_recording_unused(spec) ? std::min(policy.record_backoff * 2, kMaxBackoff) : kFirstBackoff;
-  policy.last_record_hit = spec.hits;
-  policy.replays_at_last_record = spec.graph_replays;
-  ++spec.recordings_tried;
-}
-
 // Room for one more recording: the least recently replayed one (the list's last) goes when it is full. False
 // only when Python fails.
 bool make_room(Spec& spec) {
+  using trident::graphs::kMaxRecordings;
   if (spec.graphs == nullptr || PyList_GET_SIZE(spec.graphs) < kMaxRecordings) return true;
   return PyList_SetSlice(spec.graphs, kMaxRecordings - 1, PyList_GET_SIZE(spec.graphs), nullptr) == 0;
 }
@@ -299,7 +241,7 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
     bool ran = false;
     // Graphs: replay one of the specialization's recordings; else, at the recorder's hit, record the first one,
     // and later another for a call no recording fits (GraphPolicy says when).
-    const bool paused = spec.hits < spec.policy.paused_until_hit;
+    const bool paused = spec.policy.paused(spec.hits);
     bool may_record = spec.graphs == nullptr;
     if (spec.graphs != nullptr && !paused) {
       switch (replay_graphs(self, index, spec, slots.data, &out)) {
@@ -310,14 +252,14 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
           return Outcome::kError;
         case trident::graphs::ReplayOutcome::kNotHere: break;
         case trident::graphs::ReplayOutcome::kDirect:
-          may_record = state->clears == clears && spec.hits >= state->specs[index].policy.paused_until_hit;
+          may_record = state->clears == clears && !state->specs[index].policy.paused(spec.hits);
       }
     }
     if (may_record && !paused && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
-        spec.hits >= record_after_hit(state->specs[index]) && state->clears == clears &&
+        spec.hits >= state->specs[index].policy.record_after_hit() && state->clears == clears &&
         make_room(state->specs[index])) {
       // Python records (and proves) the graph, running this call; rare, like a miss.
-      note_recording(state->specs[index]);
+      state->specs[index].policy.on_record(spec.hits);
       out = record_graph(self, index, slots.data);
       if (out == nullptr) status = TRIDENT_ERROR;
       ran = true;
@@ -403,7 +345,7 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   const auto index = static_cast<uint32_t>(state->specs.size());
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, 0, 0, 0, {}});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, {}});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -541,11 +483,11 @@ PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   if (recordings == nullptr) return nullptr;
   const GraphPolicy& policy = spec.policy;
   return Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "recordings", recordings, "replays",
-                       (unsigned long long)spec.graph_replays, "misses", (unsigned long long)spec.graph_misses,
+                       (unsigned long long)policy.replays, "misses", (unsigned long long)policy.misses,
                        "hits", (unsigned long long)spec.hits, "paused_until_hit",
                        (unsigned long long)policy.paused_until_hit, "record_after_hit",
-                       (unsigned long long)record_after_hit(spec), "pauses", (unsigned)policy.pauses,
-                       "recordings_tried", (unsigned)spec.recordings_tried);
+                       (unsigned long long)policy.record_after_hit(), "pauses", (unsigned)policy.pauses,
+                       "recordings_tried", (unsigned)policy.recordings_tried);
 }
 
 // run_spec(index, slots, mode, recording) -> result: the specialization's run function on these slots (what a

@@ -13,7 +13,7 @@ the call is replayed from the new graph, and its results and written state must 
 difference keeps the direct run's state and results and no graph for that specialization. A hit that matches
 no recording (sizes of a symbolic specialization that differ, an input too large to stage that moved) runs
 directly and may record another graph, up to four per specialization, the least recently replayed replaced; a
-recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/entry.cpp,
+recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/graph_policy.h,
 GraphPolicy). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why there is
 none and when the next try is.
 """
