@@ -54,9 +54,9 @@ _compile_count_lock = threading.Lock()
 _entry_lock = threading.RLock()  # making entries (and building the runtime) once
 # Captures with the same objects that may leave traced values in them (each undone, its call run eagerly)
 # before calls with objects of those types run eagerly without capturing. A lazy cache does it once per cache
-# object, so it never counts twice; a function that assigns a traced value on every call (a DynamicCache growing
-# each step) does it again with the same objects, and then also for its next cache: capturing each would cost a
-# capture per call.
+# object, so it never counts twice; a function that assigns a traced value on every call where compiled code
+# cannot (appending to a list it holds; assignments into state-object arguments are compiled, inputs.py) does it
+# again with the same objects, and then also for the next ones: capturing each would cost a capture per call.
 _PYTHON_STATE_CAPTURES = 2
 _IR_DIRECTORY = re.compile(r"\S*/trident-[^/\s]+/")  # the new temporary folder of a failed compile's IR
 
@@ -469,8 +469,8 @@ class JitFunction:
     def _left_traced_values(self, reachable: user_state.UserState, facts: CallFacts) -> bool:
         """After a capture that succeeded: if it assigned values of the trace into the user's objects (a cache
         allocated lazily on the first call), undo every change it made and say that this call runs eagerly,
-        where the assignments happen for real (capture/user_state.py). When the same objects do so again (a
-        DynamicCache growing each step), calls with objects of those types are no longer captured."""
+        where the assignments happen for real (capture/user_state.py). When the same objects do so again (a list
+        appended to at every step), calls with objects of those types are no longer captured."""
         left = [c for c in reachable.changes() if c.traced]
         if not left:
             return False
