@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 import trident
+from trident.knobs import override
 from trident.testing import count_compiles, expect_fallback, triton_launch_sites
 
 
@@ -363,3 +364,42 @@ def test_random_layouts_settle(program: str) -> None:
                 assert torch.equal(got, want)
     assert eager_calls(f) == 0 and sum(hits(f)) == 60
     assert compiles() <= 35, compiles()  # 30 (ATen) and 26 (Triton) when written; 44 each before layouts were symbolic
+
+
+# --------------------------------------------------------------------------------------------------------
+# Operators with int results
+
+
+@pytest.fixture
+def flash_attention_on_cpu():  # type: ignore[no-untyped-def]
+    """A CPU kernel for aten::_scaled_dot_product_flash_attention (CUDA-only in torch), so that its int results
+    (max_q, max_k: the query and key lengths, symbolic when those are) run here as they do on a GPU."""
+
+    def kernel(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):  # type: ignore[no-untyped-def]
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+        empty = q.new_empty(0)
+        return out, q.new_zeros(q.shape[:3]), empty, empty, q.size(2), k.size(2), empty, empty, empty
+
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("_scaled_dot_product_flash_attention", kernel, "CPU")
+    yield
+    library._destroy()
+
+
+def test_an_operators_int_result_of_a_symbolic_length_compiles(flash_attention_on_cpu) -> None:  # type: ignore[no-untyped-def]
+    """Flash attention returns the key length as an int (max_k): with a key length that changes (a DynamicCache
+    decode), that result is symbolic, and the import unpacks it like the operator's tensors, natively (the op
+    kept opaque, as CUDA's C++ kernel is)."""
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, int]:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)
+        return out[0] * 2, out[5] + 1
+
+    f = trident.jit(attend)
+    q = torch.randn(1, 4, 1, 16)
+    with override(opaque_ops=frozenset({"aten::_scaled_dot_product_flash_attention"})), count_compiles() as compiles:
+        for length in (5, 6, 7, 9):
+            k, v = torch.randn(1, 4, length, 16), torch.randn(1, 4, length, 16)
+            assert same(f(q, k, v), attend(q, k, v))
+    assert compiles() == 2 and eager_calls(f) == 0, trident.explain(f)
+    assert sum(hits(f)) == 4, trident.explain(f)

@@ -38,6 +38,8 @@ def scalar_function_name(node: torch.fx.Node) -> str | None:
     if node.op != "call_function" or not isinstance(node.meta.get("val"), symbolic):
         return None
     target = node.target
+    if target is operator.getitem:  # an operator's int result (flash attention's max_k): the import unpacks it
+        return None
     name = getattr(target, "__name__", "")
     if target in _SYM_FUNCTIONS:
         return name
