@@ -88,6 +88,26 @@ _EXPLAIN_LINES = ("trident.jit", "specialization", "CUDA graph", "replay plan", 
                   "buffer pool", "disk cache")
 
 
+def replay_phases(ready: Any, generate: Callable[[], Any], device: torch.device) -> dict[str, float]:
+    """Host µs per replayed decode step by phase over one more generate (the recordings' own timers:
+    benchmarks/llm/host_profile.py says what each phase is), and `generate_loop`: the generate's wall time per
+    replay outside the replays (HF's Python between forwards, the entry's binding and guards, the prefill)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.llm.host_profile import recordings, timed_phases
+
+    recs = recordings(ready)
+    for r in recs:
+        r.time_replays(True)
+    wall, _ = timed(generate, device)
+    replays, phases = timed_phases(recordings(ready))
+    for r in recs:
+        r.time_replays(False)
+    if replays == 0:
+        return {"replays": 0}
+    phases["generate_loop"] = wall * 1e6 / replays - phases["inside"]
+    return {"replays": replays, **{k: round(v, 2) for k, v in phases.items()}}
+
+
 def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) -> float:
     """ms per replay of one decode step (position `prompt`) captured by hand as a CUDA graph: device time."""
     import transformers
@@ -159,6 +179,8 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                     if system == "trident_jit":  # where the host time goes: specializations, graphs, replay plans
                         cell["explain"] = [line for line in trident.explain(ready).splitlines()
                                            if line.lstrip().startswith(_EXPLAIN_LINES)]
+                        if device.type == "cuda":
+                            cell["replay_phases_us"] = replay_phases(ready, lambda: run(ids, args.tokens), device)
                 except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
                     cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
                 cells.append(cell)

@@ -133,7 +133,7 @@ def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:
     not replay, and `tries` the recordings tried per replay. ({} when none replayed.)"""
     sums: dict[str, float] = defaultdict(float)
     for r in recs:
-        for key, ns in r.times.items():
+        for key, ns in (r.times or {}).items():  # None: a recording made after time_replays(True)
             sums[key] += ns
     replays = int(sums.pop("replays", 0))
     if replays == 0:
