@@ -129,6 +129,62 @@ def _(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# A quantization library's launches: what torch's own analysis of a kernel's writes cannot read from the call
+
+
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % 32 == 0})
+@triton.jit
+def _int8_gemv_kernel(w_ptr, s_ptr, x_ptr, out_ptr, N, K, stride_w, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr = 32, EVEN_K: tl.constexpr = False, ACC_FP32: tl.constexpr = True):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        mask = (rows[:, None] < N) & (cols[None, :] < K)
+        w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :], mask=mask, other=0).to(tl.float32)
+        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+        acc += tl.sum(w * x[None, :], axis=1)
+    scales = tl.load(s_ptr + rows, mask=rows < N, other=0.0)
+    tl.store(out_ptr + rows, acc * scales, mask=rows < N)
+
+
+@torch.library.custom_op("trident_see_through::int8_gemv", mutates_args=())
+def int8_gemv(w: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    n, k = w.shape
+    out = torch.empty(n, device=x.device, dtype=torch.float32)
+    # BLOCK_K and ACC_FP32 left to their defaults, EVEN_K to the heuristic
+    _int8_gemv_kernel[(triton.cdiv(n, 16),)](w, scales, x, out, n, k, w.stride(0), BLOCK_N=16)
+    return out
+
+
+@int8_gemv.register_fake
+def _(w: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(w.shape[0], dtype=torch.float32)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % 16 == 0})
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * factor, mask=offsets < n)
+
+
+@torch.library.custom_op("trident_see_through::scale", mutates_args=())
+def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    # keywords in another order than the signature's; BLOCK from the autotuner, EVEN from the heuristic
+    _scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](factor=factor, n=n, out_ptr=out, x_ptr=x)
+    return out
+
+
+@scale.register_fake
+def _(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 def gemv_reference(w: torch.Tensor, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     return (w.double() @ x.double()).float() * scale
 
@@ -160,6 +216,60 @@ def test_custom_op_gemv_is_traced_into(device: str) -> None:
     if device == "cuda":  # the autotuner tuned in eager's call; the winner launches natively
         assert all(site.disabled_reason is None for site in sites), text  # type: ignore[attr-defined]
         assert sum(site.native_launches for site in sites) >= 4, text  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_launches_leaving_parameters_to_defaults_configs_and_heuristics_are_traced_into(device: str) -> None:
+    """A launch that leaves constexprs to their defaults, to a heuristic and to the autotuner, and one that names
+    its arguments in another order: what the kernel writes is decided from every parameter the launch binds, so
+    both custom ops are traced into (not kept opaque as writing their inputs), natively, with eager's bits."""
+
+    def step(w: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return scale(int8_gemv(w, scales, x), 0.5) + 1
+
+    f = trident.jit(step)
+    w = torch.randint(-128, 127, (64, 96), dtype=torch.int8, device=device)
+    scales, x = torch.rand(64, device=device), torch.randn(96, device=device)
+    with torch.no_grad(), count_compiles() as compiles:
+        with eager(device):
+            expected = step(w, scales, x)
+        for _ in range(3):
+            torch.testing.assert_close(f(w, scales, x), expected, rtol=0, atol=0)
+    text = trident.explain(f)
+    assert compiles() == 1 and hits(f) == 3 and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
+    assert "traced into trident_see_through::int8_gemv" in text and "traced into trident_see_through::scale" in text
+    assert not any("int8_gemv" in call or "scale" in call for call in aten_calls(f)), text
+    sites = triton_launch_sites(f)
+    assert len(sites) == 2, text
+    if device == "cpu":  # the defaults are bound in the recorded launch, as Triton's binding adds them
+        gemv_site = next(s for s in sites if "int8" in s.kernel_name)  # type: ignore[attr-defined]
+        bound = {**gemv_site.kwargs, **gemv_site.constants()}  # type: ignore[attr-defined]
+        assert (bound["BLOCK_K"], bound["ACC_FP32"], bound["EVEN_K"]) == (32, True, True), bound
+
+
+def test_a_kernel_whose_writes_cannot_be_analysed_stays_opaque_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the analysis of a kernel's stores fails, every tensor it gets counts as written (never a guess):
+    the op stays an opaque call, and explain names the kernel and the analysis's error."""
+    import torch._higher_order_ops.triton_kernel_wrap as kernel_wrap
+
+    def failing_ttir(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("no TTIR for this kernel")
+
+    monkeypatch.setattr(kernel_wrap, "generate_ttir", failing_ttir)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return scale(x, 2.0) + 1
+
+    f = trident.jit(step)
+    x = torch.randn(64)
+    with torch.no_grad(), eager("cpu"):  # the opaque op's own launch runs through the interpreter here
+        expected = step(x)
+        torch.testing.assert_close(f(x), expected, rtol=0, atol=0)
+    text = trident.explain(f)
+    assert f._trident.eager_calls == 0 and any("scale" in call for call in aten_calls(f)), text  # type: ignore[attr-defined]
+    assert ("opaque trident_see_through::scale: the analysis of what Triton kernel '_scale_kernel' stores to failed "
+            "(RuntimeError: no TTIR for this kernel), so it counts as writing every tensor it gets, argument 'x' "
+            "too") in text, text
 
 
 @pytest.mark.parametrize("device", DEVICES)

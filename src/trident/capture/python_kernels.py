@@ -553,16 +553,17 @@ def _argument(arg: Any, index: int, args: Sequence[object], kwargs: dict[str, ob
     return args[index] if index < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
 
 
-def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[torch.Tensor]:
-    """Tensors the nodes recorded after `last` write: mutable arguments of operators (schema), and what Triton
-    launches store to (torch's exact analysis of the kernel)."""
-    from torch._higher_order_ops.triton_kernel_wrap import triton_kernel_wrapper_mutation
+def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[tuple[torch.Tensor, str | None]]:
+    """Tensors the nodes recorded after `last` write, each with None, or why it only counts as written: mutable
+    arguments of operators (schema), and what Triton launches store to (torch's analysis of the kernel; every
+    tensor a launch gets where that analysis failed)."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table, triton_kernel_wrapper_mutation
 
-    from .triton_launches import mutated_arg_names
+    from .triton_launches import kernel_writes
 
     if graph is None or last is None:
         return []
-    out: list[torch.Tensor] = []
+    out: list[tuple[torch.Tensor, str | None]] = []
 
     def value(a: object) -> list[torch.Tensor]:
         vals = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
@@ -571,21 +572,27 @@ def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[t
     node = last.next
     while node is not graph._root:
         if node.target is triton_kernel_wrapper_mutation:
-            for name in mutated_arg_names(node):
-                out += value(node.kwargs["kwargs"][name])  # type: ignore[index]
+            writes = kernel_writes(node)
+            why = None
+            if writes.undecided is not None:
+                kernel = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])  # type: ignore[arg-type]
+                name = getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
+                why = f"the analysis of what Triton kernel '{name}' stores to failed ({writes.undecided})"
+            for arg_name in writes.names:
+                out += [(v, why) for v in value(node.kwargs["kwargs"][arg_name])]  # type: ignore[index]
         elif isinstance(node.target, torch._ops.OpOverload):
             schema = node.target._schema
             for i, arg in enumerate(schema.arguments):
                 if arg.alias_info is not None and arg.alias_info.is_write:
                     given = _argument(arg, i, node.args, node.kwargs)
-                    out += [v for a in pytree.tree_leaves(given) for v in value(a)]
+                    out += [(v, None) for a in pytree.tree_leaves(given) for v in value(a)]
         node = node.next
     return out
 
 
 def _schema_mismatch(
     func: torch._ops.OpOverload, args: Sequence[object], kwargs: dict[str, object], result: object,
-    written: list[torch.Tensor],
+    written: list[tuple[torch.Tensor, str | None]],
 ) -> str | None:
     """How the traced body breaks its op's schema, or None."""
     schema = func._schema
@@ -603,8 +610,11 @@ def _schema_mismatch(
                 for s in arg.alias_info.before_set:
                     alias_sets[s].add(_storage(t))
     owner = {_storage(t): name for name, ts in declared.items() for t in ts}
-    for t in written:
+    for t, why in written:
         s = _storage(t)
+        if s in owner and s not in mutable and why is not None:
+            return (f"{why}, so it counts as writing every tensor it gets, argument '{owner[s]}' too, which the "
+                    f"schema does not declare mutable ({schema})")
         if s in owner and s not in mutable:
             return (f"its kernel writes argument '{owner[s]}', which the schema does not declare mutable "
                     f"({schema})")

@@ -22,6 +22,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
+import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -108,8 +111,35 @@ def exact_mutation_analysis() -> Iterator[None]:
             driver._active = previous
 
 
-def mutated_arg_names(node: torch.fx.Node) -> list[str]:
-    """Names of the tensor kwargs a recorded triton_kernel_wrapper_mutation node writes (exact analysis).
+@dataclasses.dataclass(frozen=True)
+class KernelWrites:
+    """What a recorded launch writes: the tensor kwargs torch's analysis of the kernel's TTIR finds stored to, or,
+    where that analysis failed (`undecided`: why), every tensor kwarg, as torch then assumes."""
+
+    names: list[str]
+    undecided: str | None = None
+
+
+class _AnalysisFailure(logging.Filter):
+    """Takes the warning torch logs when its analysis of a kernel fails (it then counts every input as written
+    rather than raise) off its logger, so that the reason reaches explain instead of stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Encountered an exception in identify_"):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        if self.reason is None and error is not None:
+            lines = str(error).strip().splitlines()
+            self.reason = f"{type(error).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+        return False
+
+
+def kernel_writes(node: torch.fx.Node) -> KernelWrites:
+    """What a recorded triton_kernel_wrapper_mutation node writes (torch's analysis of the kernel's TTIR).
 
     make_fx does not functionalize, so the node itself carries no mutation facts; this reruns torch's analysis
     on the node's fake values (node.meta["val"])."""
@@ -118,13 +148,26 @@ def mutated_arg_names(node: torch.fx.Node) -> list[str]:
         k: (v.meta["val"] if isinstance(v, torch.fx.Node) else v)
         for k, v in hop_kwargs["kwargs"].items()  # type: ignore[union-attr]
     }
-    with exact_mutation_analysis():
-        return get_mutated_tensors(
-            hop_kwargs["kernel_idx"],  # type: ignore[arg-type]
-            hop_kwargs["constant_args_idx"],  # type: ignore[arg-type]
-            values,
-            hop_kwargs["tma_descriptor_metadata"],  # type: ignore[arg-type]
-        )
+    failure = _AnalysisFailure()
+    module = sys.modules[get_mutated_tensors.__module__]
+    log = getattr(module, "log", None) or logging.getLogger(module.__name__)  # torch 2.13: "torch._dynamo"
+    log.addFilter(failure)
+    try:
+        with exact_mutation_analysis():
+            names = get_mutated_tensors(
+                hop_kwargs["kernel_idx"],  # type: ignore[arg-type]
+                hop_kwargs["constant_args_idx"],  # type: ignore[arg-type]
+                values,
+                hop_kwargs["tma_descriptor_metadata"],  # type: ignore[arg-type]
+            )
+    finally:
+        log.removeFilter(failure)
+    return KernelWrites(names, failure.reason)
+
+
+def mutated_arg_names(node: torch.fx.Node) -> list[str]:
+    """Names of the tensor kwargs a recorded triton_kernel_wrapper_mutation node writes (kernel_writes)."""
+    return kernel_writes(node).names
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,6 +294,30 @@ def _apply_heuristics(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any]) 
     return kernel
 
 
+def _bind_defaults(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Add the default values of the parameters the launch leaves out, as Triton's own binding does, except those
+    an autotune config or a heuristic supplies: the recorded launch then names every parameter, which torch's
+    analysis of what the kernel writes needs (it generates the kernel's TTIR, and refuses "Incorrect number of
+    arguments passed to kernel" otherwise, counting every tensor as written)."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    supplied: set[str] = set()
+    fn = kernel
+    while isinstance(fn, (Autotuner, Heuristics)):
+        if isinstance(fn, Autotuner):
+            supplied.update(name for config in fn.configs for name in config.kwargs)
+        else:
+            supplied.update(fn.values)
+        fn = fn.fn
+    if not isinstance(fn, JITFunction):
+        return
+    given = set(fn.arg_names[: len(args)]) | set(kwargs) | supplied
+    for param in fn.params:
+        if param.name not in given and param.default is not inspect.Parameter.empty:
+            kwargs[param.name] = param.default
+
+
 def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         from torch._library.triton import is_wrap_triton_enabled
@@ -270,6 +337,7 @@ def _make_rerouted_run(original: Callable[..., Any]) -> Callable[..., Any]:
         _flags.rerouting = True
         try:
             kernel = _apply_heuristics(compiled_form(self), args, kwargs)
+            _bind_defaults(kernel, args, kwargs)
             return torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
         finally:
             _flags.rerouting = False
