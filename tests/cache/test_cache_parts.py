@@ -9,6 +9,8 @@ import types
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from trident.cache import code_deps, fingerprint, record, versions
 from trident.cache.fingerprint import StateWalk, Unfingerprintable, code_digest, format_path
@@ -184,6 +186,61 @@ def test_recording_refuses_code_it_cannot_find_again() -> None:
         fn(1)
     _, _, reason = code_deps.dependencies(recorder, fn)
     assert reason is not None and "belong to no imported module" in reason
+
+
+@dataclasses.dataclass
+class GeneratedInitA:  # two dataclasses: their generated __init__ share a qualified name and first line
+    x: int
+
+
+@dataclasses.dataclass
+class GeneratedInitB:
+    x: int
+    y: int = 2
+
+
+def test_a_generated_dataclass_init_is_found_by_its_attribute_path() -> None:
+    """Every dataclass's `__init__` is `__create_fn__.<locals>.__init__` at line 2 of "<string>" (as Hugging
+    Face's model outputs are): the one that ran is found again by the attribute that holds it, and a change to it
+    is still seen."""
+
+    def fn(x):  # type: ignore[no-untyped-def]
+        return GeneratedInitB(x).y
+
+    with code_deps.recording_code() as recorder:
+        fn(1)
+    deps, _, reason = code_deps.dependencies(recorder, fn)
+    assert reason is None, reason
+    assert [d.qualname for d in deps] == ["GeneratedInitB.__init__"], deps
+    assert code_deps.verify(deps, {}) is None
+    changed = dataclasses.replace(deps[0], digest="0" * 32)
+    assert "changed since it was captured" in (code_deps.verify([changed], {}) or "")
+
+
+@triton.jit
+def _kernel_for_recording(x_ptr, n, EVEN: tl.constexpr):  # type: ignore[no-untyped-def]
+    pass
+
+
+# Lambdas written at module level inside the kernel objects, as kernel libraries write them.
+HEURISTIC_KERNEL = triton.heuristics({"EVEN": lambda args: args["n"] % 2 == 0})(_kernel_for_recording)
+TUNED_KERNEL = triton.autotune(configs=[triton.Config({"EVEN": True}, pre_hook=lambda nargs: nargs.get("n"))],
+                               key=["n"])(_kernel_for_recording)
+
+
+def test_lambdas_of_a_kernels_heuristics_and_configs_are_found_by_name() -> None:
+    """A heuristic's lambda and an autotune config's pre_hook run during capture (Triton calls them at the
+    launch): they are found again through the kernel objects that hold them, in the module's globals."""
+
+    def fn(n):  # type: ignore[no-untyped-def]
+        return HEURISTIC_KERNEL.values["EVEN"]({"n": n}), TUNED_KERNEL.configs[0].pre_hook({"n": n})
+
+    with code_deps.recording_code() as recorder:
+        fn(4)
+    deps, _, reason = code_deps.dependencies(recorder, fn)
+    assert reason is None, reason
+    assert [d.qualname for d in deps] == ["<lambda>", "<lambda>"], deps
+    assert code_deps.verify(deps, {}) is None
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .helpers import run, write_program
 
 PROGRAM = """
@@ -66,3 +68,37 @@ def test_a_new_process_loads_module_specializations_with_their_guards(tmp_path: 
     assert second["digest"] == first["digest"]  # the first process's results, bit for bit
     assert "layers.1.drop.training: bool == True" in second["explain"]
     assert "last miss: layers.0.lin.weight: rebound to another Parameter since capture" in second["explain"]
+
+
+HF_PROGRAM = """
+import transformers
+
+config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                  max_position_embeddings=256)
+torch.manual_seed(0)
+model = transformers.LlamaForCausalLM(config).eval()
+jitted = trident.jit(model)
+ids = torch.randint(1, 100, (1, 8), generator=torch.Generator().manual_seed(0))
+kwargs = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0, cache_implementation="static",
+              disable_compile=True)
+with torch.no_grad(), count_compiles() as compiles:
+    tokens = jitted.generate(ids, **kwargs)
+expected = model.generate(ids, **kwargs)
+report(compiles(), same=bool(torch.equal(tokens, expected)), eager_calls=jitted._trident.eager_calls,
+       explain=trident.explain(jitted))
+"""
+
+
+def test_a_hugging_face_model_loads_in_a_new_process(tmp_path: Path) -> None:
+    """A Hugging Face causal LM through trident.jit persists its specializations (its ModelOutput results are
+    built by class name, the generated dataclass __init__ that ran is found by its attribute path, and the
+    GenerationConfig's per-process hash is left out of the state), and a new process generates with 0 compiles."""
+    pytest.importorskip("transformers")
+    program = write_program(tmp_path, HF_PROGRAM)
+    cold = run(program, tmp_path / "cache")
+    assert cold["same"] and cold["eager_calls"] == 0 and cold["compiles"] == 2, cold["log"]
+    assert cold["stats"]["stores"] == 2, cold["explain"]
+    warm = run(program, tmp_path / "cache")
+    assert warm["same"] and warm["eager_calls"] == 0, warm["log"]
+    assert warm["compiles"] == 0 and warm["stats"]["loads"] == 2, warm["log"]

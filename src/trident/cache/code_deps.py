@@ -10,9 +10,9 @@ first line, and code_digest (bytecode, constants, names; not line numbers).
 Why code objects rather than source-file hashes: they say exactly what ran, also for code defined in a script
 (`__main__`) or generated (dataclass `__init__`), ignore unrelated edits and comments, and a file edited after
 import cannot make the cache describe code other than the code that ran. A dependency is found again by name
-in the new process (module_code_index walks the module's functions and classes and their nested code); one
-that cannot be found (code run from an exec'd string with ad-hoc globals) makes its specialization not
-persisted, with the reason logged.
+in the new process (ModuleCodes walks the module's functions, classes, Triton kernels and containers, and their
+nested code; generated code, by the attribute path that reaches it); one that cannot be found (code run from an
+exec'd string with ad-hoc globals) makes its specialization not persisted, with the reason logged.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def dependencies(
     func, _ = function_parts(fn)
     own = {id(c) for c in nested_codes(func.__code__)} if func is not None else set()  # covered by the key
     found: dict[tuple[str, str, int], tuple[CodeDependency, types.CodeType]] = {}
-    indexes: dict[str, dict[tuple[str, int], str]] = {}
+    indexes: dict[str, ModuleCodes] = {}
     for code_id, (code, code_globals, caller) in recorder.codes.items():
         if code_id in own:
             continue
@@ -116,10 +116,11 @@ def dependencies(
             where = f"{_qualname(code)} ({code.co_filename}:{code.co_firstlineno})"
             return [], [], f"code {where} ran during capture from globals that belong to no imported module"
         where = f"{_qualname(code)} ({code.co_filename}:{code.co_firstlineno})"
-        dep = CodeDependency(module_name, _qualname(code), code.co_firstlineno, code_digest(code))
         if module_name not in indexes:
-            indexes[module_name] = module_code_index(module)
-        if indexes[module_name].get((dep.qualname, dep.firstlineno)) != dep.digest:
+            indexes[module_name] = ModuleCodes(module)
+        index = indexes[module_name]
+        dep = CodeDependency(module_name, index.name_of(code), code.co_firstlineno, code_digest(code))
+        if index.digests.get((dep.qualname, dep.firstlineno)) != dep.digest:
             return [], [], (
                 f"code {where} ran during capture but cannot be found again by name in module {module_name} "
                 "(code created at run time, e.g. by exec)"
@@ -158,47 +159,88 @@ def verify(deps: Sequence[CodeDependency], indexes: dict[str, dict[tuple[str, in
     return None
 
 
+# Attributes of Triton's kernel objects (JITFunction, Heuristics, Autotuner, Config) that hold user functions.
+_TRITON_FUNCTION_HOLDERS = ("fn", "values", "configs", "pre_hook", "post_hook", "early_config_prune", "perf_model")
+
+
+class ModuleCodes:
+    """Every code object reachable from a module's globals, by name and first line -> code_digest.
+
+    The name is the code's qualified name, except for code generated at run time (a file name such as
+    "<string>": a dataclass's `__init__`, an exec'd kernel wrapper), where many share one qualified name and first
+    line (every dataclass `__init__` is `__create_fn__.<locals>.__init__` at line 2): there it is the attribute
+    path that reaches the function from the module (`CausalLMOutputWithPast.__init__`), which `name_of` gives for
+    the code objects this walk met."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        from torch._library.custom_ops import CustomOpDef
+
+        self.digests: dict[tuple[str, int], str] = {}
+        self._paths: dict[int, str] = {}  # id(generated code) -> its name here
+        self._codes: list[types.CodeType] = []  # keeps those ids valid while this index lives
+        seen: set[int] = set()
+
+        def add_function(fn: types.FunctionType, path: str) -> None:
+            generated = fn.__code__.co_filename.startswith("<")
+            for nested in nested_codes(fn.__code__):
+                name = _qualname(nested)
+                if generated:
+                    inner = name.removeprefix(_qualname(fn.__code__))
+                    name = f"{path}{inner}"
+                    self._paths.setdefault(id(nested), name)
+                    self._codes.append(nested)
+                self.digests.setdefault((name, nested.co_firstlineno), code_digest(nested))
+
+        def visit(value: object, path: str, depth: int) -> None:
+            if id(value) in seen or depth > 8:
+                return
+            seen.add(id(value))
+            if isinstance(value, (staticmethod, classmethod)):
+                visit(value.__func__, path, depth + 1)
+            elif isinstance(value, property):
+                for accessor, suffix in ((value.fget, "fget"), (value.fset, "fset"), (value.fdel, "fdel")):
+                    visit(accessor, f"{path}.{suffix}", depth + 1)
+            elif isinstance(value, types.FunctionType):
+                add_function(value, path)
+                wrapped = value.__dict__.get("__wrapped__")
+                if wrapped is not None:
+                    visit(wrapped, f"{path}.__wrapped__", depth + 1)
+            elif isinstance(value, type) and value.__module__ == module.__name__:
+                for name, item in dict(vars(value)).items():
+                    visit(item, f"{path}.{name}", depth + 1)
+            elif isinstance(value, CustomOpDef):  # torch.library.custom_op: the name holds the op, not the function
+                for fn in (value._init_fn, value._abstract_fn, *value._backend_fns.values()):
+                    visit(fn, f"{path}.{getattr(fn, '__name__', '')}", depth + 1)
+                    for cell in getattr(fn, "__closure__", None) or ():  # register_kernel wraps the user's function
+                        try:
+                            visit(cell.cell_contents, f"{path}.<closure>", depth + 1)
+                        except ValueError:  # an empty cell
+                            pass
+            elif type(value).__module__.partition(".")[0] == "triton":
+                # A kernel's wrappers hold functions written in the module: heuristics' and autotune configs'
+                # lambdas, pre- and post-hooks, the kernel's own function (not its caches of compiled variants).
+                for name in _TRITON_FUNCTION_HOLDERS:
+                    item = getattr(value, name, None)
+                    if item is not None:
+                        visit(item, f"{path}.{name}", depth + 1)
+            elif isinstance(value, (list, tuple)) and len(value) <= 256:
+                for k, item in enumerate(value):
+                    visit(item, f"{path}[{k}]", depth + 1)
+            elif isinstance(value, dict) and len(value) <= 256:
+                for key, item in list(value.items()):
+                    visit(item, f"{path}[{key!r}]", depth + 1)
+
+        for name, value in list(vars(module).items()):
+            visit(value, name, 0)
+
+    def name_of(self, code: types.CodeType) -> str:
+        """The name `code` has in this index (its attribute path when generated), or its qualified name."""
+        return self._paths.get(id(code), _qualname(code))
+
+
 def module_code_index(module: types.ModuleType) -> dict[tuple[str, int], str]:
-    """(qualified name, first line) -> code_digest of every code object reachable from a module's functions and
-    classes, nested code included (methods, inner functions, lambdas, generated dataclass methods)."""
-    from torch._library.custom_ops import CustomOpDef
-
-    index: dict[tuple[str, int], str] = {}
-    seen: set[int] = set()
-
-    def add_code(code: types.CodeType) -> None:
-        for nested in nested_codes(code):
-            index.setdefault((_qualname(nested), nested.co_firstlineno), code_digest(nested))
-
-    def visit(value: object, depth: int) -> None:
-        if id(value) in seen or depth > 8:
-            return
-        seen.add(id(value))
-        if isinstance(value, (staticmethod, classmethod)):
-            visit(value.__func__, depth + 1)
-        elif isinstance(value, property):
-            for accessor in (value.fget, value.fset, value.fdel):
-                visit(accessor, depth + 1)
-        elif isinstance(value, types.FunctionType):
-            add_code(value.__code__)
-            wrapped = value.__dict__.get("__wrapped__")
-            if wrapped is not None:
-                visit(wrapped, depth + 1)
-        elif isinstance(value, type) and value.__module__ == module.__name__:
-            for item in dict(vars(value)).values():
-                visit(item, depth + 1)
-        elif isinstance(value, CustomOpDef):  # torch.library.custom_op: the name holds the op, not the function
-            for fn in (value._init_fn, value._abstract_fn, *value._backend_fns.values()):
-                visit(fn, depth + 1)
-                for cell in getattr(fn, "__closure__", None) or ():  # register_kernel wraps the user's function
-                    try:
-                        visit(cell.cell_contents, depth + 1)
-                    except ValueError:  # an empty cell
-                        pass
-
-    for value in list(vars(module).values()):
-        visit(value, 0)
-    return index
+    """(name, first line) -> code_digest of every code object reachable from a module's globals (ModuleCodes)."""
+    return ModuleCodes(module).digests
 
 
 def _qualname(code: types.CodeType) -> str:

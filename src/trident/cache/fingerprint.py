@@ -126,6 +126,11 @@ _HANDLE_MODULES = frozenset({
 })  # fmt: skip
 _SKIPPED_MODULE_NAMES = frozenset({"__builtins__", "__loader__", "__spec__", "__cached__", "__file__", "__doc__"})
 _SKIPPED_CLASS_NAMES = frozenset({"__dict__", "__weakref__", "__doc__", "__module__"})
+# Instance attributes whose value is different in every process, left out of the walk: Hugging Face's
+# GenerationConfig keeps hash() of its JSON text (a str hash, randomized per process) to see later whether the
+# user changed it; no forward reads it.
+_PER_PROCESS_ATTRIBUTES = frozenset({("transformers.generation.configuration_utils.GenerationConfig",
+                                       "_original_object_hash")})  # fmt: skip
 
 
 class StateWalk:
@@ -302,10 +307,14 @@ class StateWalk:
             self._emit("class-attr", key)
             self._walk(value, path + (("attr", key),), depth)
 
-    def _instance_dict(self, state: dict[str, Any], path: Path, depth: int) -> None:
+    def _instance_dict(self, state: dict[str, Any], path: Path, depth: int, cls: type | None = None) -> None:
         self._emit("dict", len(state))
+        owner = _qualname(cls) if cls is not None else ""
         for key, value in dict.items(state):
             self._emit("attr-name", key)
+            if (owner, key) in _PER_PROCESS_ATTRIBUTES:
+                self._emit("per-process")
+                continue
             self._walk(value, path + (("attr", key),), depth)
 
     def _other(self, obj: object, path: Path, depth: int) -> None:
@@ -357,7 +366,7 @@ class StateWalk:
         self._emit("object", _qualname(t))
         self._walk(t, path + (("type",),), depth)
         if state is not None:
-            self._instance_dict(state, path, depth)
+            self._instance_dict(state, path, depth, t)
         for name in _slot_names(t):
             try:
                 value = object.__getattribute__(obj, name)

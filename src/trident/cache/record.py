@@ -57,7 +57,10 @@ class ConstantRecipe:
     kind "value":    a Python scalar (None, bool, int, float, str) returned as a constant output;
     kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites;
     kind "triton_launch": a Triton launch site, rebuilt from `value`, a launch_sites.LaunchRecipe (its kernel found
-                     by name and checked unchanged; on CUDA with the binaries of its compiled variants)."""
+                     by name and checked unchanged; on CUDA with the binaries of its compiled variants);
+    kind "result_builder": how a result is built from its parts (artifact.ResultBuilderSlot), `value` = (module,
+                     qualname, names, nested) with the class found by name (module None: no class). What its
+                     constructor runs ran at capture and is checked as code (code_deps.py)."""
 
     kind: str
     path: tuple[Any, ...] = ()

@@ -11,12 +11,13 @@ guards' owners and compared objects are persisted by path the same way (persiste
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 from collections.abc import Sequence
 
 import torch
 
-from ..artifact import BufferPoolSlot, LaunchSiteSlot
+from ..artifact import BufferPoolSlot, LaunchSiteSlot, ResultBuilderSlot
 from .. import abi
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, SequenceGuard, leaf_value
 from ..capture.inputs import CallFacts, LeafKind, LeafPath, SequenceFact
@@ -64,6 +65,12 @@ def resolve_slots(
                 slots.append(LaunchSiteSlot(launch_sites.rebuild(recipe.value)))  # type: ignore[arg-type]
             except launch_sites.LaunchSiteMismatch as e:
                 raise Rejected(str(e)) from e
+        elif recipe.kind == "result_builder":
+            module, qualname, names, nested = recipe.value  # type: ignore[misc]
+            cls = None if module is None else class_named(module, qualname)
+            if module is not None and cls is None:
+                raise Rejected(f"the result's class {module}.{qualname} is not defined in this process")
+            slots.append(ResultBuilderSlot(cls, names, nested))
         elif recipe.kind == "buffer_pool":  # empty, with this process's limit
             slots.append(BufferPoolSlot(recipe.value))  # type: ignore[arg-type]
         else:
@@ -97,6 +104,19 @@ def _class_at(path: tuple[object, ...], name: str, values: Sequence[object]) -> 
     if SequenceFact.name_of(cls) != name:
         raise Rejected(f"the object at argument path {path} is a {SequenceFact.name_of(cls)}, the record's a {name}")
     return cls
+
+
+def class_named(module: str, qualname: str) -> type | None:
+    """The class a module (imported if need be) defines under `qualname`, or None (a class made in a function)."""
+    if "<locals>" in qualname:
+        return None
+    try:
+        value: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+    except Exception:  # noqa: BLE001 -- any failure to find it means another process cannot
+        return None
+    return value if isinstance(value, type) else None
 
 
 def _object_at(walk: StateWalk, path: tuple[object, ...]) -> object:
@@ -199,6 +219,13 @@ def _object_recipe(
         return ConstantRecipe("value", value=obj), None
     if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)
         return ConstantRecipe("value", value=obj), None
+    if isinstance(obj, ResultBuilderSlot):  # a model output, named tuple or dict the entry builds: by class name
+        if obj.cls is None:
+            return ConstantRecipe("result_builder", value=(None, None, obj.names, obj.nested)), None
+        module, qualname = obj.cls.__module__, obj.cls.__qualname__
+        if class_named(module, qualname) is not obj.cls:
+            return None, f"its result is a {module}.{qualname}, a class another process cannot find by that name"
+        return ConstantRecipe("result_builder", value=(module, qualname, obj.names, obj.nested)), None
     if isinstance(obj, BufferPoolSlot):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None
     if isinstance(obj, LaunchSiteSlot):
