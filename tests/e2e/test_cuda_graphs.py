@@ -365,6 +365,94 @@ def test_integer_arithmetic_on_the_position_and_a_strided_view_at_it_replay() ->
 
 
 @gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_aranges_that_follow_the_position_replay_with_their_start_and_step_patched(dtype: torch.dtype,
+                                                                                   plan: bool) -> None:
+    """An arange whose start, end and step follow the position at a constant length (a cache position at pos, a
+    batch's cumulative lengths in steps of pos + 1, a descending range) is made in the graph from stand-ins of its
+    start and step that memset nodes write: every position replays, from the replay plan too, with the direct
+    path's bits, and nothing else gets a recording."""
+
+    def f(x: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
+        cache_position = torch.arange(pos, pos + 1, device=x.device)
+        n = pos + 1
+        cumulative = torch.arange(0, 4 * n + 1, n, dtype=dtype, device=x.device)
+        descending = torch.arange(pos + 8, pos, -2, dtype=dtype, device=x.device)
+        return x[cache_position % 8] + cumulative.sum() + descending.sum(), cache_position, cumulative, descending
+
+    x = torch.randn(8, device="cuda")
+    with override(replay_plan=plan):
+        with_graphs, direct = jitted(f, True), jitted(f, False)
+        for p in POSITIONS:
+            got, want = with_graphs(x, p), direct(x, p)
+            assert all(same_bits(a, b) for a, b in zip(got, want)), f"position {p}"
+            assert all(torch.equal(a, b) for a, b in zip(got[1:], f(x, p)[1:])), f"position {p}"
+    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
+    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+    last = len(specs) - 1
+    graphs = with_graphs._trident.entry.graphs(last)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert len(graphs["recordings"]) == 1, text
+    counts = graphs["recordings"][0].counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    assert counts["host_scalars"] == 5, counts  # the start of each, the step of the two with one
+    assert (graphs["recordings"][0].plan is not None and graphs["recordings"][0].plan["state"] == "on") == plan, text
+
+
+@gpu
+def test_an_arange_whose_length_follows_the_position_diverges_rather_than_replay_a_stale_length() -> None:
+    """The end of a followed arange decides its length: a call that gives another length than the recorded one
+    diverges (explain says so) and runs directly, with eager's result; one of the recorded length replays."""
+
+    def f(x: torch.Tensor, pos: int) -> torch.Tensor:
+        return x[: pos % 3 + 1] + torch.arange(pos, pos + pos % 3 + 1, device=x.device)
+
+    x = torch.randn(8, device="cuda")
+    with_graphs, direct = jitted(f, True), jitted(f, False)
+    for p in range(1, 41):
+        got = with_graphs(x, p)
+        assert same_bits(got, direct(x, p)) and torch.equal(got, f(x, p)), f"position {p}"
+    last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]
+    graphs = with_graphs._trident.entry.graphs(last)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert graphs["replays"] >= 20, text
+    failures = [r.failure for r in graphs["recordings"] if r.failure]
+    assert any("give another length than the recorded" in failure for failure in failures), text
+
+
+@gpu
+def test_an_input_several_operators_read_is_staged_once_and_a_write_between_stages_it_again() -> None:
+    """A position tensor and a token row that move every call, read by several operators (a KV cache's index_copy_
+    per layer): the first read stages each into graph memory with one memcpy node, later reads share that copy;
+    an in-place write of the argument between two reads makes the later read stage it again. Every call replays
+    with the direct path's bits, the argument's own update included."""
+
+    def f(cache_k: torch.Tensor, cache_v: torch.Tensor, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        cache_k.index_copy_(0, pos, x)
+        cache_v.index_copy_(0, pos, x * 2)
+        before = x * 3
+        x.add_(1)
+        return before + x * 5 + cache_k[pos].sum() + cache_v.sum()
+
+    caches = [torch.zeros(4096, 16, device="cuda") for _ in range(4)]  # above the staging limit: read in place
+    with_graphs, direct = jitted(f, True), jitted(f, False)
+    for p in range(40):
+        pos = torch.tensor([p], device="cuda")
+        x = torch.randn(1, 16, device="cuda")
+        x_direct = x.clone()
+        got, want = with_graphs(caches[0], caches[1], pos.clone(), x), direct(caches[2], caches[3], pos, x_direct)
+        assert same_bits(got, want) and same_bits(x, x_direct), f"position {p}"
+        assert same_bits(caches[0], caches[2]) and same_bits(caches[1], caches[3]), f"position {p}"
+    graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert len(graphs["recordings"]) == 1 and graphs["replays"] >= 36, text
+    counts = graphs["recordings"][0].counts
+    # pos once (three readers), x once for its readers before the add_, once for add_ (in and out), once after
+    assert counts["divergences"] == 0 and counts["staged_inputs"] == 4, (counts, text)
+
+
+@gpu
 def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_says_which() -> None:
     """Float arithmetic with a changing host scalar is not followed (the operand's rounding differs between a
     kernel parameter and device memory): a call whose operand no recording has runs directly, explain names the

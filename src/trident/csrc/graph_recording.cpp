@@ -28,6 +28,7 @@ void recording_dealloc(PyObject* self) {
   delete rec->constants;
   delete rec->returned;
   delete rec->written;
+  delete rec->shared_copies;
   delete rec->copies;
   delete rec->fresh_spans;
   delete rec->failure;
@@ -65,6 +66,7 @@ PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
   rec->constants = new std::unordered_set<const void*>();
   rec->returned = new std::unordered_map<const void*, ReturnedSpan>();
   rec->written = new std::vector<at::Tensor>();
+  rec->shared_copies = new std::vector<SharedCopy>();
   rec->copies = new std::deque<std::pair<at::Tensor, at::Tensor>>();
   rec->fresh_spans = new std::unordered_map<const void*, at::Tensor>();
   rec->failure = new std::string();
@@ -163,8 +165,8 @@ PyObject* recording_counts(PyObject* self, void*) {
   for (const Step& s : *rec->steps) {
     if (s.kind == StepKind::kKernel) ++kernels;
     if (s.kind == StepKind::kOpaque) ++opaque;
-    staged += static_cast<int64_t>(s.staged.size());
-    if (s.followed.argument >= 0) ++scalars;
+    for (const StagedInput& input : s.staged) staged += input.in != nullptr;  // a memcpy node each
+    for (const FollowedScalar& f : s.followed) scalars += f.nodes[0] != nullptr;
   }
   return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels, "opaque_steps",
                        (long long)opaque, "staged_inputs", (long long)staged, "host_scalars", (long long)scalars,

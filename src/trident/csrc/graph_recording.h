@@ -105,27 +105,49 @@ enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
 
 // An argument of an opaque step that lives outside the graph and may move: the step works on a buffer of the
 // graph's, filled by a memcpy node before it (`in`) and, for an argument written in place, copied back by one
-// after it (`out`). Both follow the argument's address by a patch.
+// after it (`out`). Both follow the argument's address by a patch. A read-only argument an earlier step staged
+// (the same view of the same storage, which no step wrote since) is read from that step's buffer instead, with
+// no node of its own: a replay only checks that it is still the tensor the earlier step staged (`owner_step`).
 struct StagedInput {
   int64_t argument;
-  CUgraphNode in;
+  CUgraphNode in;   // null: read from the owner's copy
   CUgraphNode out;  // null: the argument is only read
   uint64_t address;  // the argument's address the nodes use now
   uint64_t buffer;
   size_t bytes;
+  int64_t owner_step = -1, owner_index = -1;  // the step and staged input whose copy this one reads, or -1
 };
 
-// A host scalar argument that changes, written by memset nodes a replay patches (graph_scalars.cpp), so that it is
-// not part of the step's signature: a fill's value (aten::full at the position; the memsets write the result
-// after the operator, whose own fill kernel is disabled in the instantiated graph), or the int operand of integer
-// arithmetic (the memsets write a 0-dim stand-in the operator's Tensor overload reads).
+// Recording: a read-only staged copy later steps may read too, until a step may write its storage.
+struct SharedCopy {
+  const void* storage;
+  int64_t offset;
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+  int64_t step, index;  // the owner's step and staged input
+  at::Tensor copy;      // the buffer, with the argument's layout
+};
+
+// A host scalar argument that changes, followed by the recording instead of being part of the step's signature
+// (graph_scalars.cpp): a fill's value (aten::full at the position; memset nodes write the result after the
+// operator, whose own fill kernel is disabled in the instantiated graph), the int operand of integer arithmetic
+// and an integral arange's start and step (memset nodes write a 0-dim stand-in that the operators recorded in its
+// place read), or an arange's end (no node: it decides the length, which must stay the recorded one).
 struct FollowedScalar {
-  int64_t argument = -1;  // the scalar's argument; -1: none
-  at::ScalarType dtype = at::kByte;
-  CUgraphNode nodes[2] = {nullptr, nullptr};  // one memset; two (low and high words) for 8-byte elements
+  int64_t argument = -1;
+  int64_t tag_word = 0, value = 0;  // as the last call gave it
+  at::ScalarType dtype = at::kByte;  // of the element its memsets write
+  CUgraphNode nodes[2] = {nullptr, nullptr};  // one memset; two (low and high words) for 8-byte elements; none
   MemsetParams params[2] = {};  // as the instantiated graph has them now: what each node writes
-  CUgraphNode superseded = nullptr;  // a fill: the operator's fill kernel, disabled once instantiated
-  at::Tensor stand_in;  // arithmetic: the 0-dim operand the memsets write
+  at::Tensor stand_in;  // the 0-dim operand the memsets write (arithmetic, arange)
+};
+
+// An arange whose start, end and step are followed: its result is start + step * i, made by operators on the
+// stand-ins, for the recorded length only.
+struct FollowedRange {
+  int64_t length = -1;  // -1: the step is no arange
+  at::ScalarType dtype = at::kLong;
+  int start = -1, end = -1, step = -1;  // indices into Step::followed; step -1: arange.start (a step of 1)
 };
 
 struct Step {
@@ -139,7 +161,10 @@ struct Step {
   std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
-  FollowedScalar followed;
+  std::vector<FollowedScalar> followed;
+  uint64_t followed_arguments = 0;  // bit i: argument i is followed (left out of the signature but for its tag)
+  FollowedRange range;
+  CUgraphNode superseded_fill = nullptr;  // a followed fill: the operator's fill kernel, disabled once instantiated
   // kernel: the node and the parameters it has now
   CUgraphNode node = nullptr;
   void* function = nullptr;
@@ -225,6 +250,7 @@ struct Recording {
   std::unordered_set<const void*>* constants;  // storages of the specialization's constant tensors
   std::unordered_map<const void*, ReturnedSpan>* returned;  // internal storages results live in (recording's)
   std::vector<at::Tensor>* written;             // recording: outside tensors steps may write (for verification)
+  std::vector<SharedCopy>* shared_copies;       // recording: staged copies later steps may read
   // replay: (fresh result, graph memory), copied after the launch; a deque, since generated code holds
   // handles to its elements while the host program runs
   std::deque<std::pair<at::Tensor, at::Tensor>>* copies;  // (fresh, source); source undefined: no copy of its own
@@ -270,28 +296,36 @@ bool last_node(CUstream stream, CUgraphNode* node);
 
 // --- Host scalars (graph_scalars.cpp) -----------------------------------------------------------------------
 
-// Which argument of operator `name` is a host scalar memset nodes may follow, and how.
+// Which host scalar arguments of operator `name` a recording may follow, and how.
 struct HostScalar {
-  enum Kind { kNone, kFill, kOperand };
-  int64_t argument = -1;
+  enum Kind { kNone, kFill, kOperand, kRange };
   Kind kind = kNone;
+  uint64_t arguments = 0;  // bit i: argument i
 };
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs);
 // Recording, right after the operator ran into the capture on `stream`: when `fill_kernel` (the last node the
 // operator added, or null) is ATen's fill kernel and `result` can be written by memset nodes (a non-empty
-// contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and sets
-// step->followed; false otherwise, with the step left a plain opaque one.
+// contiguous CUDA tensor of 1-, 2-, 4- or 8-byte elements of a dtype a fill converts to), adds them and follows
+// the value; false otherwise, with the step left a plain opaque one.
 bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
                  int64_t value, CUgraphNode fill_kernel);
 // Recording, instead of running the operator: when `name` is integer arithmetic or a comparison (kOperand) on an
 // integral or bool CUDA tensor whose int or bool operand fits the dtype it promotes to, runs its Tensor overload on
-// a 0-dim stand-in written by a memset node on `stream`, sets *result and step->followed. false: run the
+// a 0-dim stand-in written by a memset node on `stream`, sets *result and follows the operand. false: run the
 // operator as a plain opaque step.
 bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
                     at::Tensor* result);
-// Replay: patches the memset nodes when this call's value (tag_word, value) converts to other bits. false when
-// it cannot (the value does not convert, as the direct call would raise; the driver refused): diverge.
-bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_t value);
+// Recording, instead of running the operator: when `name` is an arange (kRange) of an integral dtype on the
+// recording's device with int start, end and step, makes its result from stand-ins of start and step written by
+// memset nodes (start + step * i), sets *result and follows all three. false: run the operator as a plain step.
+bool record_range(Step* step, CUstream stream, int32_t device, const char* name, const int64_t* args, int64_t nargs,
+                  at::Tensor* result);
+// Replay: takes this call's value of followed argument `argument`.
+void take_followed(Step* step, int64_t argument, int64_t tag_word, int64_t value);
+// Replay, once every followed argument has this call's value: patches the memset nodes whose values convert to
+// other bits. false when it cannot (a value does not convert, or gives an arange of another length or one the
+// direct call refuses; the driver refused a patch): diverge.
+bool replay_followed_scalars(Recording* rec, Step* step);
 // After instantiation: disables the operators' own fill kernels, which the memset nodes overwrite.
 void disable_superseded_fills(Recording* rec);
 inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }

@@ -32,6 +32,7 @@
  */
 #include "graph_recording.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -105,6 +106,12 @@ void snapshot_parameters(Step* step, const PreparedLaunch& p) {
 
 bool follow_staged(Recording* rec, StagedInput* staged, uint64_t address) {
   if (address == staged->address) return true;
+  if (staged->owner_step >= 0) {  // no node of its own: it must still be the tensor its owner staged this call
+    const StagedInput& owner = (*rec->steps)[staged->owner_step].staged[staged->owner_index];
+    if (address != owner.address) return false;
+    staged->address = address;
+    return true;
+  }
   if (!patch_copy(rec, staged->in, address, staged->buffer, staged->bytes) ||
       (staged->out != nullptr && !patch_copy(rec, staged->out, staged->buffer, address, staged->bytes))) {
     return false;
@@ -147,7 +154,23 @@ void note_outside(Recording* rec, const at::Tensor& t, bool written) {
   const void* storage = storage_of(t);
   if (rec->internal->count(storage) != 0) return;
   rec->external->insert(storage);
-  if (written) rec->written->push_back(t);
+  if (!written) return;
+  rec->written->push_back(t);
+  // Later steps read the storage as this step leaves it: not from a copy made before.
+  std::vector<SharedCopy>& shared = *rec->shared_copies;
+  shared.erase(std::remove_if(shared.begin(), shared.end(), [&](const SharedCopy& c) { return c.storage == storage; }),
+               shared.end());
+}
+
+// Recording: the staged copy of an earlier step that holds read-only argument `t` as it is now, or null.
+const SharedCopy* shared_copy(const Recording* rec, const at::Tensor& t) {
+  for (const SharedCopy& c : *rec->shared_copies) {
+    if (c.storage == storage_of(t) && c.offset == t.storage_offset() && c.dtype == t.scalar_type() &&
+        t.sizes().equals(c.sizes) && t.strides().equals(c.strides)) {
+      return &c;
+    }
+  }
+  return nullptr;
 }
 
 bool capturing_stream(int32_t device, CUstream* stream) {
@@ -194,14 +217,23 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   for (int64_t i = 0; i < nargs && i < 64; ++i) {
     if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0) continue;
     const at::Tensor& t = tensor_at(args[2 * i + 1]);
-    if (!stageable(rec, t, i, (written >> i & 1) != 0, args, nargs)) continue;
+    const bool writes = (written >> i & 1) != 0;
+    if (!stageable(rec, t, i, writes, args, nargs)) continue;
+    const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    if (const SharedCopy* prior = writes ? nullptr : shared_copy(rec, t)) {
+      const StagedInput& owner = (*rec->steps)[prior->step].staged[prior->index];
+      step.staged.push_back({i, nullptr, nullptr, address, owner.buffer, owner.bytes, prior->step, prior->index});
+      step.staged_arguments |= uint64_t{1} << i;
+      buffers.push_back(prior->copy);
+      patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
+      continue;
+    }
     // The copy has the argument's strides, over a buffer of the bytes from its first element to its last.
     int64_t begin = 0, end = 0;
     byte_span(t, &begin, &end);
     const size_t bytes = static_cast<size_t>(end - begin);
     const at::Tensor span = at::empty({end - begin}, t.options().dtype(at::kByte));
     at::Tensor copy = at::empty({0}, t.options()).set_(span.storage(), 0, t.sizes(), t.strides());
-    const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
     const uint64_t buffer = reinterpret_cast<uintptr_t>(copy.data_ptr());
     CUgraphNode in = nullptr;
     if (driver.memcpy_async(buffer, address, bytes, stream) != 0 || !last_node(stream, &in)) {
@@ -209,6 +241,11 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
     }
     step.staged.push_back({i, in, nullptr, address, buffer, bytes});
     step.staged_arguments |= uint64_t{1} << i;
+    if (!writes) {
+      rec->shared_copies->push_back({storage_of(t), t.storage_offset(), t.sizes().vec(), t.strides().vec(),
+                                     t.scalar_type(), static_cast<int64_t>(rec->steps->size()),
+                                     static_cast<int64_t>(step.staged.size() - 1), copy});
+    }
     buffers.push_back(copy);
     patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
     rec->internal->insert(storage_of(copy));
@@ -221,7 +258,7 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   std::vector<int64_t> scalar_signature;
   CUgraphNode before = nullptr;
   if (scalar.kind != HostScalar::kNone) {
-    signature(args, nargs, step.staged_arguments | uint64_t{1} << scalar.argument, &scalar_signature);
+    signature(args, nargs, step.staged_arguments | scalar.arguments, &scalar_signature);
     if (!last_node(stream, &before)) before = nullptr;
   }
   for_each_tensor(args, nargs,
@@ -231,8 +268,10 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   active = nullptr;
   int32_t status = TRIDENT_OK;
   at::Tensor operand_result;
-  if (scalar.kind == HostScalar::kOperand && nrets == 1 &&
-      record_operand(&step, stream, name, patched.data(), nargs, &operand_result)) {
+  if (nrets == 1 && ((scalar.kind == HostScalar::kOperand &&
+                      record_operand(&step, stream, name, patched.data(), nargs, &operand_result)) ||
+                     (scalar.kind == HostScalar::kRange &&
+                      record_range(&step, stream, rec->device, name, patched.data(), nargs, &operand_result)))) {
     rets[0] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(std::move(operand_result)));
   } else {
     status = run(closure, patched.data(), nargs, rets, nrets);
@@ -243,10 +282,10 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
     CUgraphNode fill_kernel = nullptr;
     if (!last_node(stream, &fill_kernel) || fill_kernel == before) fill_kernel = nullptr;
     const at::Tensor& result = tensor_at(reinterpret_cast<int64_t>(rets[0]));
-    const int64_t a = scalar.argument;
+    const int64_t a = __builtin_ctzll(scalar.arguments);
     record_fill(&step, stream, result, a, args[2 * a], args[2 * a + 1], fill_kernel);
   }
-  if (step.followed.argument >= 0) step.signature = std::move(scalar_signature);
+  if (!step.followed.empty()) step.signature = std::move(scalar_signature);
   // Written staged arguments go back where they live, after the operator.
   for (StagedInput& staged : step.staged) {
     if (!(written >> staged.argument & 1)) continue;
@@ -302,14 +341,22 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   if (step.kind != StepKind::kOpaque || step.identity != identity) {
     return diverge(rec, std::string(name) + " where the recording has " + step.name);
   }
-  const int64_t followed = step.followed.argument;
-  const uint64_t free_arguments = step.staged_arguments | (followed >= 0 ? uint64_t{1} << followed : 0);
+  const uint64_t free_arguments = step.staged_arguments | step.followed_arguments;
   if (!same_signature(step.signature, args, nargs, free_arguments)) {
     return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
   }
-  if (followed >= 0 && !replay_followed_scalar(rec, &step, args[2 * followed], args[2 * followed + 1])) {
-    return diverge(rec, "argument " + std::to_string(followed) + " of " + step.name +
-                            " (a host scalar memset nodes write) does not convert to its dtype, or the patch failed");
+  if (!step.followed.empty()) {
+    for (FollowedScalar& f : step.followed) {
+      f.tag_word = args[2 * f.argument];
+      f.value = args[2 * f.argument + 1];
+    }
+    if (!replay_followed_scalars(rec, &step)) {
+      return diverge(rec, "the host scalars of " + step.name + " that the recording follows " +
+                              (step.range.length >= 0 ? "give another length than the recorded " +
+                                                            std::to_string(step.range.length) + ", or "
+                                                      : std::string()) +
+                              "do not convert to their dtype, or the patch failed");
+    }
   }
   for (StagedInput& staged : step.staged) {
     const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());

@@ -19,13 +19,22 @@
  * overload on a 0-dim stand-in of the result's dtype that a memset node writes (its type promotion is the
  * scalar's: the stand-in has the dtype the scalar promotes to).
  *
- * A replay patches the memset nodes (cuGraphExecMemsetNodeSetParams) when the scalar converts to other bits,
- * and diverges when it does not convert (the direct call then does what eager does: raise for a fill).
+ * Ranges (`torch.arange(pos, pos + 1)` for cache positions, `torch.arange(0, (batch + 1) * n, n)` for cumulative
+ * lengths). An integral arange's elements are start + step * i, computed in int64 and converted to its dtype as
+ * ATen's kernel computes them, so the recording makes the result from int64 stand-ins of start and step that
+ * memset nodes write and a constant iota (addcmul, then a conversion). Its end is followed without a node: with
+ * start and step it decides the length, which must stay the recorded one (ATen's RangeFactories formula).
+ *
+ * A replay patches the memset nodes (cuGraphExecMemsetNodeSetParams) when a scalar converts to other bits, and
+ * diverges when it does not convert or gives another length (the direct call then does what eager does: raise
+ * for a fill that overflows or an arange whose bounds contradict its step).
  */
 #include "graph_recording.h"
 #include "typed_ops_support.h"  // scalar(): a Scalar argument as operators get it
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <ATen/Dispatch.h>
 
@@ -151,6 +160,53 @@ at::Tensor apply(Arithmetic op, const at::Tensor& self, const at::Tensor& other,
   return at::Tensor();
 }
 
+// The length aten::arange gives (start, end, step) for a result of `dtype`, as RangeFactories computes it (an exact
+// integer formula for int64, doubles otherwise); false where the direct call raises instead (a zero step, an end
+// on the wrong side of start for the step's sign, a size out of range).
+bool range_length(at::ScalarType dtype, int64_t start, int64_t end, int64_t step, int64_t* length) {
+  if (step == 0 || !((step > 0 && end >= start) || (step < 0 && end <= start))) return false;
+  double size;
+  if (dtype == at::kLong) {
+    // int64 arithmetic as ATen's (two's complement: computed unsigned, where an overflow is defined)
+    const int64_t sign = (step > 0) - (step < 0);
+    const auto span = static_cast<int64_t>(static_cast<uint64_t>(end) - static_cast<uint64_t>(start) +
+                                           static_cast<uint64_t>(step) - static_cast<uint64_t>(sign));
+    if (span == std::numeric_limits<int64_t>::min() && step == -1) return false;  // the division itself traps
+    size = std::ceil(static_cast<double>(span / step));
+  } else {
+    size = std::ceil((static_cast<double>(end) - static_cast<double>(start)) / static_cast<double>(step));
+  }
+  if (!(size >= 0 && size <= static_cast<double>(std::numeric_limits<int64_t>::max()))) return false;
+  *length = static_cast<int64_t>(size);
+  return true;
+}
+
+// A followed scalar written into a fresh 0-dim stand-in of `dtype` by memset nodes on `stream`; false when the
+// value does not fit `dtype` or the driver refused a node.
+bool stand_in(FollowedScalar* followed, CUstream stream, const at::TensorOptions& options) {
+  uint64_t bits = 0;
+  if (!element_bits(followed->dtype, followed->tag_word, followed->value, &bits)) return false;
+  followed->stand_in = at::empty({}, options.dtype(followed->dtype));
+  const uint64_t address = reinterpret_cast<uintptr_t>(followed->stand_in.const_data_ptr());
+  return add_memsets(followed, bits, address, 1, followed->stand_in.element_size(), stream);
+}
+
+FollowedScalar followed_argument(const int64_t* args, int64_t argument, at::ScalarType dtype) {
+  FollowedScalar followed;
+  followed.argument = argument;
+  followed.tag_word = args[2 * argument];
+  followed.value = args[2 * argument + 1];
+  followed.dtype = dtype;
+  return followed;
+}
+
+void follow(Step* step, std::vector<FollowedScalar> followed) {
+  for (const FollowedScalar& f : followed) step->followed_arguments |= uint64_t{1} << f.argument;
+  step->followed = std::move(followed);
+}
+
+bool is_int(int64_t tag_word) { return (tag_word & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_INT; }
+
 }  // namespace
 
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
@@ -159,12 +215,17 @@ HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
     if (std::strcmp(name, op.name) != 0 || op.value_argument >= nargs) continue;
     const int64_t tag = args[2 * op.value_argument] & TRIDENT_ARG_TAG_MASK;
     if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_DOUBLE || tag == TRIDENT_TAG_BOOL) {
-      return {op.value_argument, HostScalar::kFill};
+      return {HostScalar::kFill, uint64_t{1} << op.value_argument};
     }
   }
   if (arithmetic_operator(name) != nullptr && nargs >= 2 && (args[0] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_TENSOR) {
     const int64_t tag = args[2] & TRIDENT_ARG_TAG_MASK;
-    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) return {1, HostScalar::kOperand};
+    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) return {HostScalar::kOperand, uint64_t{1} << 1};
+  }
+  const bool with_step = std::strcmp(name, "aten::arange.start_step") == 0;
+  if ((with_step || std::strcmp(name, "aten::arange.start") == 0) && nargs >= (with_step ? 7 : 6) &&
+      is_int(args[0]) && is_int(args[2]) && (!with_step || is_int(args[4]))) {
+    return {HostScalar::kRange, with_step ? uint64_t{0b111} : uint64_t{0b11}};
   }
   return {};
 }
@@ -178,18 +239,54 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
   const at::ScalarType promoted = at::result_type(self, other);
   if (!at::isIntegralType(promoted, /*includeBool=*/true)) return false;
-  FollowedScalar followed;
-  followed.argument = 1;
-  followed.dtype = promoted;
-  uint64_t bits = 0;
-  if (!element_bits(promoted, args[2], args[3], &bits)) return false;  // the operand does not fit its dtype
-  const at::Tensor stand_in = at::empty({}, self.options().dtype(promoted));
-  const uint64_t address = reinterpret_cast<uintptr_t>(stand_in.const_data_ptr());
-  if (!add_memsets(&followed, bits, address, 1, stand_in.element_size(), stream)) return false;
+  FollowedScalar followed = followed_argument(args, 1, promoted);
+  if (!stand_in(&followed, stream, self.options())) return false;  // the operand does not fit its dtype
   const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
-  *result = apply(op->op, self, stand_in, alpha);
-  followed.stand_in = stand_in;
-  step->followed = followed;
+  *result = apply(op->op, self, followed.stand_in, alpha);
+  follow(step, {followed});
+  return true;
+}
+
+bool record_range(Step* step, CUstream stream, int32_t device, const char* name, const int64_t* args, int64_t nargs,
+                  at::Tensor* result) {
+  const bool with_step = std::strcmp(name, "aten::arange.start_step") == 0;
+  const int64_t options_at = with_step ? 3 : 2;  // dtype, layout, device, pin_memory follow the scalars
+  const int64_t dtype_tag = args[2 * options_at] & TRIDENT_ARG_TAG_MASK;
+  const int64_t layout_tag = args[2 * (options_at + 1)] & TRIDENT_ARG_TAG_MASK;
+  const int64_t device_tag = args[2 * (options_at + 2)] & TRIDENT_ARG_TAG_MASK;
+  const int64_t device_code = args[2 * (options_at + 2) + 1];
+  // Int scalars and no dtype give int64, as eager's arange does.
+  const at::ScalarType dtype =
+      dtype_tag == TRIDENT_TAG_INT ? static_cast<at::ScalarType>(args[2 * options_at + 1]) : at::kLong;
+  if ((dtype_tag != TRIDENT_TAG_INT && dtype_tag != TRIDENT_TAG_NONE) ||
+      !at::isIntegralType(dtype, /*includeBool=*/false)) {
+    return false;
+  }
+  if (layout_tag == TRIDENT_TAG_INT ? args[2 * (options_at + 1) + 1] != static_cast<int64_t>(at::kStrided)
+                                    : layout_tag != TRIDENT_TAG_NONE) {
+    return false;
+  }
+  const int64_t device_index = device_code & TRIDENT_DEVICE_CODE_INDEX_MASK;
+  if (device_tag != TRIDENT_TAG_DEVICE ||
+      (device_code >> TRIDENT_DEVICE_CODE_TYPE_SHIFT) != static_cast<int64_t>(c10::DeviceType::CUDA) ||
+      (device_index != TRIDENT_DEVICE_CODE_NO_INDEX && device_index != device)) {
+    return false;
+  }
+  std::vector<FollowedScalar> followed = {followed_argument(args, 0, at::kLong), followed_argument(args, 1, at::kLong)};
+  if (with_step) followed.push_back(followed_argument(args, 2, at::kLong));
+  const int64_t step_value = with_step ? followed[2].value : 1;
+  int64_t length = 0;
+  if (!range_length(dtype, followed[0].value, followed[1].value, step_value, &length)) return false;
+  const at::TensorOptions options = at::TensorOptions().device(at::kCUDA, device);
+  if (!stand_in(&followed[0], stream, options) || (with_step && !stand_in(&followed[2], stream, options))) {
+    return false;
+  }
+  const at::Tensor iota = at::arange(length, options.dtype(at::kLong));
+  at::Tensor values = with_step ? at::addcmul(followed[0].stand_in, iota, followed[2].stand_in)
+                                : at::add(iota, followed[0].stand_in);
+  *result = dtype == at::kLong ? values : values.to(dtype);
+  follow(step, std::move(followed));
+  step->range = {length, dtype, 0, 1, with_step ? 2 : -1};
   return true;
 }
 
@@ -202,32 +299,54 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
   const size_t count = static_cast<size_t>(result.numel()), item = result.element_size();
   FollowedScalar followed;
   followed.argument = argument;
+  followed.tag_word = tag_word;
+  followed.value = value;
   followed.dtype = result.scalar_type();
   uint64_t bits = 0;
   if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
   const uint64_t address = reinterpret_cast<uintptr_t>(result.const_data_ptr());
   if (!add_memsets(&followed, bits, address, count, item, stream)) return false;
-  followed.superseded = fill_kernel;
-  step->followed = followed;
+  step->superseded_fill = fill_kernel;
+  follow(step, {followed});
   return true;
 }
 
-bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_t value) {
-  FollowedScalar& followed = step->followed;
-  uint64_t bits = 0;
-  if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
-  // Each node is compared with what it writes now (its parameters), so a patch the driver refused half-way
-  // leaves nothing stale: the next call compares again.
-  const size_t item = c10::elementSize(followed.dtype);
+void take_followed(Step* step, int64_t argument, int64_t tag_word, int64_t value) {
+  for (FollowedScalar& followed : step->followed) {
+    if (followed.argument != argument) continue;
+    followed.tag_word = tag_word;
+    followed.value = value;
+  }
+}
+
+bool replay_followed_scalars(Recording* rec, Step* step) {
+  const FollowedRange& range = step->range;
+  if (range.length >= 0) {
+    const std::vector<FollowedScalar>& f = step->followed;
+    int64_t length = 0;
+    if (!range_length(range.dtype, f[range.start].value, f[range.end].value,
+                      range.step >= 0 ? f[range.step].value : 1, &length) ||
+        length != range.length) {
+      return false;
+    }
+  }
   CUcontext context = nullptr;
-  for (int k = 0; k < 2 && followed.nodes[k] != nullptr; ++k) {
-    MemsetParams params = followed.params[k];
-    params.value = node_value(item, k, bits);
-    if (params.value == followed.params[k].value) continue;
-    if (context == nullptr && !trident::current_cuda_context(&context)) return false;
-    if (driver.set_memset_params(rec->exec, followed.nodes[k], &params, context) != 0) return false;
-    followed.params[k] = params;
-    ++rec->patched_nodes;
+  for (FollowedScalar& followed : step->followed) {
+    if (followed.nodes[0] == nullptr) continue;
+    uint64_t bits = 0;
+    if (!element_bits(followed.dtype, followed.tag_word, followed.value, &bits)) return false;
+    // Each node is compared with what it writes now (its parameters), so a patch the driver refused half-way
+    // leaves nothing stale: the next call compares again.
+    const size_t item = c10::elementSize(followed.dtype);
+    for (int k = 0; k < 2 && followed.nodes[k] != nullptr; ++k) {
+      MemsetParams params = followed.params[k];
+      params.value = node_value(item, k, bits);
+      if (params.value == followed.params[k].value) continue;
+      if (context == nullptr && !trident::current_cuda_context(&context)) return false;
+      if (driver.set_memset_params(rec->exec, followed.nodes[k], &params, context) != 0) return false;
+      followed.params[k] = params;
+      ++rec->patched_nodes;
+    }
   }
   return true;
 }
@@ -235,7 +354,7 @@ bool replay_followed_scalar(Recording* rec, Step* step, int64_t tag_word, int64_
 void disable_superseded_fills(Recording* rec) {
   for (const Step& step : *rec->steps) {
     // Failing to disable one leaves it running before its memsets: slower, not wrong.
-    if (step.followed.superseded != nullptr) driver.set_node_enabled(rec->exec, step.followed.superseded, 0);
+    if (step.superseded_fill != nullptr) driver.set_node_enabled(rec->exec, step.superseded_fill, 0);
   }
 }
 

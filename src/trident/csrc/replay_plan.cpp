@@ -89,17 +89,20 @@ bool compute_nodes(Recording* rec) {
       if (!empty && !patch_kernel(rec, &step, p)) return false;
       continue;
     }
+    bool takes_scalars = false;
     for (size_t j = 0; j < ps.changing.size(); ++j) {
       const int64_t argument = ps.changing[j].first;
       const int64_t value = plan.words[ps.changing[j].second] + ps.offsets[j];
       if (StagedInput* staged = staged_input(step, argument)) {
         if (!follow_staged(rec, staged, static_cast<uint64_t>(value))) return false;
-      } else if (argument == step.followed.argument) {
-        if (!replay_followed_scalar(rec, &step, ps.tags[j], value)) return false;
+      } else if (argument < 64 && (step.followed_arguments >> argument & 1)) {
+        take_followed(&step, argument, ps.tags[j], value);
+        takes_scalars = true;
       } else if (value != ps.recorded[j]) {
         return false;
       }
     }
+    if (takes_scalars && !replay_followed_scalars(rec, &step)) return false;
   }
   return true;
 }
