@@ -376,7 +376,9 @@ class JitFunction:
             return f"argument structure differs from specialization {spec.index}"
         return reason
 
-    # -- compiling ------------------------------------------------------------------------------------------
+    # -- compiling: the miss pipeline after binding -------------------------------------------------------------
+    # dynamism (_newly_dynamic) -> load (warm_start) or capture (_capture) and build (_build) -> install
+    # (_install) -> publish (_publish). Each step that cannot go on says why in the fallbacks and returns None.
     def _compile(
         self, values: Sequence[object], facts: CallFacts
     ) -> tuple[Specialization | None, warm_start.Session | None]:
@@ -393,6 +395,30 @@ class JitFunction:
             return spec, None
         start = time.perf_counter()
         options = CompileOptions.current()  # read once: the capture and the passes get them as a value
+        captured = self._capture(values, facts, persisted, options)
+        if captured is None:
+            return None, None
+        trace, module_reads, reachable = captured
+        built = self._build(values, facts, trace, module_reads, reachable, options)
+        if built is None:
+            return None, None
+        guards, compiled = built
+        spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
+                             time.perf_counter() - start)
+        with _compile_count_lock:
+            _compile_count += 1
+        if log_enabled("compile"):
+            log.warning("trident: compiled specialization %d of '%s' in %.1f ms", spec.index, self.name,
+                        spec.compile_seconds * 1e3)  # fmt: skip
+        if log_enabled("guards"):
+            log.warning("trident: guards of '%s' #%d:\n  %s", self.name, spec.index, "\n  ".join(describe_guards(guards)))
+        return spec, self._publish(spec, persisted)
+
+    def _capture(
+        self, values: Sequence[object], facts: CallFacts, persisted: warm_start.Session, options: CompileOptions,
+    ) -> tuple[Trace, Any, user_state.UserState] | None:  # fmt: skip
+        """Trace the function on this call: (the trace, the module state it read, a snapshot of the user state it
+        reaches), or None when the call runs eagerly (capture failed, or left traced values in user objects)."""
         reachable = user_state.snapshot(self.fn, values, self.param_names)
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
@@ -412,9 +438,9 @@ class JitFunction:
             # error type can differ, and some calls eager accepts fail there. Running this call eagerly gives
             # eager's result or exception, with eager's partial in-place effects; nothing is compiled for it.
             self._remember_eager(facts, capture_failure(self.name, e))
-            return None, None
+            return None
         if self._left_traced_values(reachable, facts):
-            return None, None
+            return None
         if torch.is_grad_enabled() and any(c.requires_grad for c in trace.constants):
             # Remembered, so later calls with grad on run eagerly without tracing again.
             self._constants_require_grad = self.eager_reason = (
@@ -422,13 +448,21 @@ class JitFunction:
                 "Trident compiles inference only, so calls run eagerly. Call it under torch.no_grad() or "
                 "torch.inference_mode()"
             )
-            return None, None
+            return None
+        return trace, module_reads, reachable
+
+    def _build(
+        self, values: Sequence[object], facts: CallFacts, trace: Trace, module_reads: Any,
+        reachable: user_state.UserState, options: CompileOptions,
+    ) -> tuple[GuardSet, CompiledSpecialization] | None:  # fmt: skip
+        """The guards and the instantiated native code of a trace, or None when compiling failed (the call and
+        its structure then run eagerly, see below)."""
         index = len(self.specializations)
         try:
             guards = guard_set(self.fn, self.param_names, values, facts, trace, module_reads)
             artifact = compile_specialization(self.name, index, trace, facts, guards, self.runtime_library, options)
             try:
-                compiled = instantiate(artifact)
+                return guards, instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register
                 raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
@@ -449,22 +483,17 @@ class JitFunction:
             if structure in self._failed_once:
                 self._uncompilable[structure] = reason
             self._failed_once.add(structure)
-            return None, None
-        spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
-                             time.perf_counter() - start)
-        with _compile_count_lock:
-            _compile_count += 1
+            return None
+
+    @staticmethod
+    def _publish(spec: Specialization, persisted: warm_start.Session) -> warm_start.Session | None:
+        """Store a new specialization to the disk cache now, or return the session that stores it after its first
+        call (when that call compiles its Triton variants, which the record carries)."""
         if persisted.publishes_after_first_call(spec):
             persisted.snapshot_state()  # the record describes the state before the first call
-            unpublished = persisted
-        else:
-            persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)
-            unpublished = None
-        if log_enabled("compile"):
-            log.warning("trident: compiled specialization %d of '%s' in %.1f ms", index, self.name, spec.compile_seconds * 1e3)
-        if log_enabled("guards"):
-            log.warning("trident: guards of '%s' #%d:\n  %s", self.name, index, "\n  ".join(describe_guards(guards)))
-        return spec, unpublished
+            return persisted
+        persisted.publish(spec)  # to the disk cache, or log why not (TRIDENT_LOG=cache)
+        return None
 
     def _left_traced_values(self, reachable: user_state.UserState, facts: CallFacts) -> bool:
         """After a capture that succeeded: if it assigned values of the trace into the user's objects (a cache
