@@ -51,11 +51,14 @@ class LaunchSiteSlot:
 class ResultBuilderSlot:
     """How the entry builds a result Python makes from parts (a dataclass such as Hugging Face's ModelOutput, a
     named tuple, a dict): `cls(**dict(zip(names, parts)))`; `nested`: parts below it are built too; `cls` None:
-    only parts below it are (capture/trace.py, _flatten_output). The runtime's Entry.ResultBuilder is made from it."""
+    only parts below it are (capture/trace.py, _flatten_output). `fresh`: an object of a plain class the call
+    created (a DynamicCache a forward makes), built as a new instance with these attributes, its __init__ not
+    run again (runtime/specialization.FreshObject). The runtime's Entry.ResultBuilder is made from it."""
 
     cls: Any
     names: tuple[str, ...]
     nested: bool
+    fresh: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

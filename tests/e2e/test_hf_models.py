@@ -376,3 +376,28 @@ def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times(device:
         assert f"past_key_values: {cache_class} object with attributes" in trident.explain(jitted)
         if device == "cuda" and implementation == "dynamic":
             assert "which a recording cannot repeat" in trident.explain(jitted), trident.explain(jitted)
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_forward_without_a_cache_returns_the_dynamic_cache_it_made_natively(family: str) -> None:
+    """`jitted(input_ids)`: the forward makes a DynamicCache and returns it. Each call gets a new cache object of
+    eager's class holding eager's tensors (as the traced call left it), and decoding continues from it natively."""
+    config, cls, _, _ = _config(family)
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    jitted = trident.jit(model)
+    caches = []
+    with torch.no_grad():
+        for n in (6, 6, 7):
+            ids = torch.randint(1, 100, (1, n), generator=torch.Generator().manual_seed(n))
+            result, expected = jitted(ids), model(ids)
+            assert torch.equal(result.logits, expected.logits)
+            cache, eager_cache = result.past_key_values, expected.past_key_values
+            assert type(cache) is type(eager_cache) and vars(cache).keys() == vars(eager_cache).keys()
+            assert [vars(layer).keys() for layer in cache.layers] == [vars(layer).keys() for layer in eager_cache.layers]
+            assert all(torch.equal(a, b) for a, b in zip(_cache_tensors(cache), _cache_tensors(eager_cache)))
+            caches.append(cache)
+        assert caches[0] is not caches[1] and caches[0].layers[0] is not caches[1].layers[0]
+        assert not any(a.data_ptr() == b.data_ptr() for a, b in zip(_cache_tensors(caches[0]), _cache_tensors(caches[1])))
+        token = result.logits[:, -1:].argmax(-1)
+        assert torch.equal(jitted(token, past_key_values=cache).logits, model(token, past_key_values=eager_cache).logits)
+    assert_native(jitted, hits=4, compiles=3)

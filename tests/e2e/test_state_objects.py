@@ -165,3 +165,37 @@ def test_an_object_with_slots_is_guarded_by_identity() -> None:
         assert torch.equal(f(second, torch.ones(2)), torch.full((2,), 6.0))  # its own slot, not the first's
     assert "o: the same Slotted object as at capture" in trident.explain(f)
     assert_native(f, hits=2, compiles=2)
+
+
+SHARED_ACCUMULATOR = Accumulator(3)  # an object that exists before any call
+
+
+def test_an_object_the_call_makes_is_returned_as_a_new_one_each_call_and_one_that_existed_runs_eagerly() -> None:
+    """A plain object the function creates and fills with results comes back as a new object of its class per
+    call, with the attributes the traced call left (its __init__ is not what makes them). An object that existed
+    before the call is not copied: returning it runs eagerly, as before."""
+
+    def make(x: torch.Tensor) -> Accumulator:
+        acc = Accumulator(3)
+        acc.update(1, x)
+        acc.kind = Accumulator  # a class attribute value comes back as the same class
+        return acc
+
+    f = trident.jit(make)
+    made = []
+    for _ in range(3):
+        x = torch.randn(3)
+        got, want = f(x), make(x)
+        assert type(got) is Accumulator and got is not want
+        _assert_same_state(got, want)
+        made.append(got)
+    assert made[0] is not made[1] and made[0].buffer.data_ptr() != made[1].buffer.data_ptr()
+    assert_native(f, hits=3, compiles=1)
+
+    def give_shared(x: torch.Tensor) -> Accumulator:
+        SHARED_ACCUMULATOR.steps += 1
+        return SHARED_ACCUMULATOR
+
+    g = trident.jit(give_shared)
+    with expect_fallback("returns a Accumulator"):
+        assert g(torch.randn(3)) is SHARED_ACCUMULATOR

@@ -59,8 +59,8 @@ class ConstantRecipe:
     kind "triton_launch": a Triton launch site, rebuilt from `value`, a launch_sites.LaunchRecipe (its kernel found
                      by name and checked unchanged; on CUDA with the binaries of its compiled variants);
     kind "result_builder": how a result is built from its parts (artifact.ResultBuilderSlot), `value` = (module,
-                     qualname, names, nested) with the class found by name (module None: no class). What its
-                     constructor runs ran at capture and is checked as code (code_deps.py)."""
+                     qualname, names, nested, fresh) with the class found by name (module None: no class). What
+                     its constructor runs ran at capture and is checked as code (code_deps.py)."""
 
     kind: str
     path: tuple[Any, ...] = ()

@@ -66,11 +66,11 @@ def resolve_slots(
             except launch_sites.LaunchSiteMismatch as e:
                 raise Rejected(str(e)) from e
         elif recipe.kind == "result_builder":
-            module, qualname, names, nested = recipe.value  # type: ignore[misc]
+            module, qualname, names, nested, fresh = recipe.value  # type: ignore[misc]
             cls = None if module is None else class_named(module, qualname)
             if module is not None and cls is None:
                 raise Rejected(f"the result's class {module}.{qualname} is not defined in this process")
-            slots.append(ResultBuilderSlot(cls, names, nested))
+            slots.append(ResultBuilderSlot(cls, names, nested, fresh))
         elif recipe.kind == "buffer_pool":  # empty, with this process's limit
             slots.append(BufferPoolSlot(recipe.value))  # type: ignore[arg-type]
         else:
@@ -221,18 +221,19 @@ def _object_recipe(
         return ConstantRecipe("value", value=obj), None
     if isinstance(obj, ResultBuilderSlot):  # a model output, named tuple or dict the entry builds: by class name
         if obj.cls is None:
-            return ConstantRecipe("result_builder", value=(None, None, obj.names, obj.nested)), None
+            return ConstantRecipe("result_builder", value=(None, None, obj.names, obj.nested, False)), None
         module, qualname = obj.cls.__module__, obj.cls.__qualname__
         if class_named(module, qualname) is not obj.cls:
             return None, f"its result is a {module}.{qualname}, a class another process cannot find by that name"
-        return ConstantRecipe("result_builder", value=(module, qualname, obj.names, obj.nested)), None
+        return ConstantRecipe("result_builder", value=(module, qualname, obj.names, obj.nested, obj.fresh)), None
     if isinstance(obj, BufferPoolSlot):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None
     if isinstance(obj, LaunchSiteSlot):
         launch, reason = launch_sites.recipe_of(obj.launch, live)
         return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
-    if isinstance(obj, type) and is_library_module(obj.__module__):  # the hook counter's class: by name
-        return ConstantRecipe("value", value=obj), None
+    if isinstance(obj, type) and (is_library_module(obj.__module__) or
+                                  class_named(obj.__module__, obj.__qualname__) is obj):
+        return ConstantRecipe("value", value=obj), None  # a class (the hook counter's, a returned one): by name
     if id(obj) in object_paths:  # what module-state guards read: a module, its _parameters dict, a submodule
         return ConstantRecipe("object", object_paths[id(obj)]), None
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"

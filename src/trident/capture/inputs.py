@@ -226,6 +226,11 @@ def _all_state_in_dict(cls: type) -> bool:
     return True
 
 
+def bounded_state_object(value: object) -> bool:
+    """A state object whose walk stays within the bounds and reaches no state object twice (no cycle)."""
+    return _walkable_state(value, set())
+
+
 def _walkable_state(value: object, walked: set[int]) -> bool:
     """A state object whose walk stays within the bounds, reaching no state object twice (a cycle, a shared
     layer): such an object is guarded by identity instead, as a whole."""

@@ -2,7 +2,9 @@
 
 Tensors and symbolic scalars the function returns become graph outputs; Python constants, the call's own
 arguments (a tensor, or an object guarded by identity: a Hugging Face Cache returned as itself) and nested tuples
-and lists are rebuilt around them. A result Python builds from parts (a dataclass such as Hugging Face's
+and lists are rebuilt around them. An object of a plain class the call created and filled with results (the
+DynamicCache a forward without a cache makes) is made again for each call, with the attributes the traced call
+left. A result Python builds from parts (a dataclass such as Hugging Face's
 ModelOutput, a named tuple, a dict with str keys) is flattened into its parts, headed by a ResultBuilderSlot from
 which the runtime makes the entry's ResultBuilder (artifact.py), checked at capture to rebuild an object of the
 same type holding the same objects.
@@ -10,13 +12,14 @@ same type holding the same objects.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from .. import exc
 from ..artifact import ResultBuilderSlot
-from .inputs import Leaf, LeafKind, LeafPath
+from .inputs import Leaf, LeafKind, LeafPath, bounded_state_object
+from .user_state import holds_traced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +51,14 @@ class StateWrite:
 def flatten_output(
     value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
     leaves: Sequence[Leaf] = (), state: Mapping[int, LeafPath] | None = None,
+    created: Callable[[object], bool] = lambda obj: False,
 ) -> OutputTree:
     """How compiled code rebuilds `value`, the function's result; its tensors and symbolic scalars are appended
     to graph_outputs. A result with a built part somewhere below a tuple or list is headed by a builder without
-    a type, which tells the entry to look for the parts (csrc/entry.cpp, build_nested)."""
-    tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves, state or {})
+    a type, which tells the entry to look for the parts (csrc/entry.cpp, build_nested). `created(obj)`: whether
+    an object did not exist before the call (none of the user's objects reached it), so that a new one may be
+    made for each call."""
+    tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves, state or {}, created)
     if built and not _is_built(tree):
         tree = OutputTree("tuple", (OutputTree("const", value=ResultBuilderSlot(None, (), True)), tree))
     return tree
@@ -60,11 +66,11 @@ def flatten_output(
 
 def _flatten_value(
     value: object, graph_outputs: list[object], placeholders: Sequence[object], traced: Sequence[int],
-    leaves: Sequence[Leaf], state: Mapping[int, LeafPath],
+    leaves: Sequence[Leaf], state: Mapping[int, LeafPath], created: Callable[[object], bool],
 ) -> tuple[OutputTree, bool]:
     """The tree of `value`, and whether it holds a built result."""
     if type(value) in (tuple, list):
-        items = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state) for v in value]  # type: ignore[union-attr]
+        items = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state, created) for v in value]  # type: ignore[union-attr]
         kind = "tuple" if type(value) is tuple else "list"
         return OutputTree(kind, tuple(tree for tree, _ in items)), any(built for _, built in items)
     if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -75,22 +81,27 @@ def _flatten_value(
         return OutputTree("graph", index=len(graph_outputs) - 1), False
     if value is None or type(value) in (int, float, bool, str, torch.device, torch.dtype):
         return OutputTree("const", value=value), False
+    if isinstance(value, type):  # a class (a cache's layer class): the same object every call
+        return OutputTree("const", value=value), False
     for leaf_index, leaf in enumerate(leaves):
         if leaf.kind is LeafKind.OBJECT and leaf.value is value:  # guarded by identity: the call's own object
             return OutputTree("input", index=leaf_index), False
     if id(value) in state:  # a state object of the call (a Hugging Face Cache): read from the call again
         return OutputTree("state", value=state[id(value)]), False
     parts = _constructor_parts(value)
+    fresh = parts is None and bounded_state_object(value) and created(value) and holds_traced(value)
+    if fresh:  # an object the call made and filled (a DynamicCache): a new one each call, with its attributes
+        parts = type(value), tuple(vars(value)), list(vars(value).values())
     if parts is None:
         raise exc.UnsupportedConstruct(
             f"the function returns a {type(value).__name__}; Trident returns tensors, Python scalars, the objects "
-            "passed in, and (nested) tuples, lists, dicts, named tuples and dataclasses of them natively. "
-            "Return a tuple instead."
+            "passed in, objects of plain classes the call creates and fills, and (nested) tuples, lists, dicts, "
+            "named tuples and dataclasses of them natively. Return a tuple instead."
         )
     cls, names, items = parts
-    children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state) for v in items]
+    children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state, created) for v in items]
     nested = any(built for _, built in children)
-    head = OutputTree("const", value=ResultBuilderSlot(cls, names, nested))
+    head = OutputTree("const", value=ResultBuilderSlot(cls, names, nested, fresh))
     return OutputTree("tuple", (head, *(tree for tree, _ in children))), True
 
 

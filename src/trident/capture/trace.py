@@ -542,7 +542,7 @@ def trace_function(
     while True:
         try:
             trace, pinned = _trace_once(fn, n_positional, param_names, values, facts, dynamism, opaque, lowering,
-                                        options)
+                                        options, reachable)
         except Retry as retry:
             opaque[retry.op] = retry.reason
             reachable.restore()
@@ -564,9 +564,12 @@ def _trace_once(
     opaque: dict[str, str],
     lowering: ScalarLowering,
     options: CompileOptions,
+    reachable: UserState,
 ) -> tuple[Trace, Dynamism]:
     """One trace, and the dynamism of the symbols it must not keep symbolic; `opaque`: Python-implemented ops
-    to record as one call (why); `options`: the compile's, of which capture reads what it sees through."""
+    to record as one call (why); `options`: the compile's, of which capture reads what it sees through;
+    `reachable`: the user's objects before the call (an object the result holds that none of them reached was
+    made by the call)."""
     shape_env = _LayoutShapeEnv()
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     traced = [i for i, leaf in enumerate(facts.leaves) if is_traced_leaf(leaf, dynamism)]
@@ -591,7 +594,8 @@ def _trace_once(
             result = fn(*positional, **keywords)
             graph_outputs: list[object] = []
             objects = state_objects(values, facts)
-            output_holder.append(flatten_output(result, graph_outputs, placeholders, traced, facts.leaves, objects))
+            output_holder.append(flatten_output(result, graph_outputs, placeholders, traced, facts.leaves, objects,
+                                                reachable.made_since))
             writes_holder.extend(
                 StateWrite(path, name, flatten_output(value, graph_outputs, placeholders, traced, facts.leaves, objects))
                 for path, name, value in state.assigned()

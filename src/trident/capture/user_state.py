@@ -54,6 +54,13 @@ class UserState:
     def __init__(self, saved: list[_Saved], complete: bool) -> None:
         self._saved = saved
         self.complete = complete
+        self._reached = {id(s.obj) for s in saved}
+        self._alive = [s.obj for s in saved]  # their ids stay theirs while this snapshot lives
+
+    def made_since(self, obj: object) -> bool:
+        """Whether `obj` is no object the snapshot reached (one the call made), as far as a complete snapshot
+        can tell: an incomplete one vouches for nothing."""
+        return self.complete and id(obj) not in self._reached
 
     def changes(self) -> list[Change]:
         """What differs now from the snapshot, by identity of each value."""

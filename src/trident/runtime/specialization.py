@@ -31,6 +31,19 @@ class CompiledSpecialization:
     artifact: Artifact | None = None  # what it was instantiated from (the disk cache persists its slots)
 
 
+class FreshObject:
+    """Makes a new instance of a plain class with given attributes, as the traced call left the one it created
+    (a ResultBuilderSlot with `fresh`): what its __init__ and later methods computed is in the attributes."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __call__(self, **attributes: object) -> object:
+        obj = object.__new__(self.cls)
+        obj.__dict__.update(attributes)
+        return obj
+
+
 def instantiate(artifact: Artifact) -> CompiledSpecialization:
     """The live specialization of `artifact`. Raises ValueError when an operator of its context does not
     resolve in this libtorch, and what the code raises for a symbol it lacks."""
@@ -48,7 +61,8 @@ def instantiate(artifact: Artifact) -> CompiledSpecialization:
             obj = launch_site(slot.launch)
             launch_sites.append(obj)
         elif isinstance(slot, ResultBuilderSlot):
-            obj = load_runtime().Entry.ResultBuilder(slot.cls, slot.names, slot.nested)
+            maker = FreshObject(slot.cls) if slot.fresh else slot.cls
+            obj = load_runtime().Entry.ResultBuilder(maker, slot.names, slot.nested)
         else:
             obj = slot
         constants.append(obj)
