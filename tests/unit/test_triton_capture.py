@@ -27,7 +27,7 @@ from triton.runtime.jit import JITFunction
 from trident.capture.triton_launches import (
     exact_mutation_analysis,
     intercept_triton_launches,
-    mutated_arg_names,
+    kernel_writes,
     run_recorded_launch_on_cpu,
 )
 
@@ -451,10 +451,10 @@ def test_only_stored_to_arguments_are_mutated() -> None:
     x = torch.randn(40)
     gm = trace(lambda x: copy_kernel[(3,)](x, out := torch.empty_like(x), 40, BLOCK=16) or out, x)
     (node,) = hops(gm)
-    assert mutated_arg_names(node) == ["out_ptr"]
+    assert kernel_writes(node).names == ["out_ptr"]
 
     (node,) = hops(trace(add_num_warps, x, x.clone()))
-    assert mutated_arg_names(node) == ["out_ptr"]  # through the Autotuner that num_warps creates
+    assert kernel_writes(node).names == ["out_ptr"]  # through the Autotuner that num_warps creates
 
 
 @pytest.mark.skipif(not no_gpu_driver(), reason="shows the GPU-less fallback that exact_mutation_analysis fixes")
@@ -496,5 +496,5 @@ def test_captured_launch_replays_on_the_gpu() -> None:
     for fn in (add_tuple_grid, add_lambda_grid, add_num_warps, add_with(autotuned_add_kernel)):
         gm = trace(fn, x, y)
         (node,) = hops(gm)
-        assert mutated_arg_names(node) == ["out_ptr"]
+        assert kernel_writes(node).names == ["out_ptr"]
         torch.testing.assert_close(gm(x, y), x + y)

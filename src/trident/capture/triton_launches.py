@@ -165,11 +165,6 @@ def kernel_writes(node: torch.fx.Node) -> KernelWrites:
     return KernelWrites(names, failure.reason)
 
 
-def mutated_arg_names(node: torch.fx.Node) -> list[str]:
-    """Names of the tensor kwargs a recorded triton_kernel_wrapper_mutation node writes (kernel_writes)."""
-    return kernel_writes(node).names
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Kernels decorated under TRITON_INTERPRET=1
 

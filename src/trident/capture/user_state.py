@@ -54,8 +54,7 @@ class UserState:
     def __init__(self, saved: list[_Saved], complete: bool) -> None:
         self._saved = saved
         self.complete = complete
-        self._reached = {id(s.obj) for s in saved}
-        self._alive = [s.obj for s in saved]  # their ids stay theirs while this snapshot lives
+        self._reached = {id(s.obj) for s in saved}  # `saved` holds the objects: their ids stay theirs
 
     def made_since(self, obj: object) -> bool:
         """Whether `obj` is no object the snapshot reached (one the call made), as far as a complete snapshot

@@ -142,12 +142,12 @@ struct FollowedScalar {
   at::Tensor stand_in;  // the 0-dim operand the memsets write (arithmetic, arange)
 };
 
-// An arange whose start, end and step are followed: its result is start + step * i, made by operators on the
-// stand-ins, for the recorded length only.
+// An arange whose start, end and step are followed (Step::followed holds them in that order; arange.start has no
+// step: a step of 1): its result is start + step * i, made by operators on the stand-ins, for the recorded
+// length only.
 struct FollowedRange {
   int64_t length = -1;  // -1: the step is no arange
   at::ScalarType dtype = at::kLong;
-  int start = -1, end = -1, step = -1;  // indices into Step::followed; step -1: arange.start (a step of 1)
 };
 
 struct Step {

@@ -191,14 +191,21 @@ bool stand_in(FollowedScalar* followed, CUstream stream, const at::TensorOptions
   return add_memsets(followed, bits, address, 1, followed->stand_in.element_size(), stream);
 }
 
-FollowedScalar followed_argument(const int64_t* args, int64_t argument, at::ScalarType dtype) {
+FollowedScalar followed_argument(int64_t argument, int64_t tag_word, int64_t value, at::ScalarType dtype) {
   FollowedScalar followed;
   followed.argument = argument;
-  followed.tag_word = args[2 * argument];
-  followed.value = args[2 * argument + 1];
+  followed.tag_word = tag_word;
+  followed.value = value;
   followed.dtype = dtype;
   return followed;
 }
+
+FollowedScalar followed_argument(const int64_t* args, int64_t argument, at::ScalarType dtype) {
+  return followed_argument(argument, args[2 * argument], args[2 * argument + 1], dtype);
+}
+
+// An arange's step: its third followed scalar, or 1 for arange.start.
+int64_t range_step(const Step& step) { return step.followed.size() > 2 ? step.followed[2].value : 1; }
 
 void follow(Step* step, std::vector<FollowedScalar> followed) {
   for (const FollowedScalar& f : followed) step->followed_arguments |= uint64_t{1} << f.argument;
@@ -274,9 +281,10 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
   }
   std::vector<FollowedScalar> followed = {followed_argument(args, 0, at::kLong), followed_argument(args, 1, at::kLong)};
   if (with_step) followed.push_back(followed_argument(args, 2, at::kLong));
-  const int64_t step_value = with_step ? followed[2].value : 1;
   int64_t length = 0;
-  if (!range_length(dtype, followed[0].value, followed[1].value, step_value, &length)) return false;
+  if (!range_length(dtype, followed[0].value, followed[1].value, with_step ? followed[2].value : 1, &length)) {
+    return false;
+  }
   const at::TensorOptions options = at::TensorOptions().device(at::kCUDA, device);
   if (!stand_in(&followed[0], stream, options) || (with_step && !stand_in(&followed[2], stream, options))) {
     return false;
@@ -286,7 +294,7 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
                                 : at::add(iota, followed[0].stand_in);
   *result = dtype == at::kLong ? values : values.to(dtype);
   follow(step, std::move(followed));
-  step->range = {length, dtype, 0, 1, with_step ? 2 : -1};
+  step->range = {length, dtype};
   return true;
 }
 
@@ -297,11 +305,7 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
     return false;
   }
   const size_t count = static_cast<size_t>(result.numel()), item = result.element_size();
-  FollowedScalar followed;
-  followed.argument = argument;
-  followed.tag_word = tag_word;
-  followed.value = value;
-  followed.dtype = result.scalar_type();
+  FollowedScalar followed = followed_argument(argument, tag_word, value, result.scalar_type());
   uint64_t bits = 0;
   if (!element_bits(followed.dtype, tag_word, value, &bits)) return false;
   const uint64_t address = reinterpret_cast<uintptr_t>(result.const_data_ptr());
@@ -322,10 +326,8 @@ void take_followed(Step* step, int64_t argument, int64_t tag_word, int64_t value
 bool replay_followed_scalars(Recording* rec, Step* step) {
   const FollowedRange& range = step->range;
   if (range.length >= 0) {
-    const std::vector<FollowedScalar>& f = step->followed;
     int64_t length = 0;
-    if (!range_length(range.dtype, f[range.start].value, f[range.end].value,
-                      range.step >= 0 ? f[range.step].value : 1, &length) ||
+    if (!range_length(range.dtype, step->followed[0].value, step->followed[1].value, range_step(*step), &length) ||
         length != range.length) {
       return false;
     }
