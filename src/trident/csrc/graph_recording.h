@@ -156,7 +156,7 @@ struct Step {
   std::string name;
   std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
   std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
-  std::vector<int64_t> result_arguments;  // per result: the staged argument it is (in-place ops), or -1
+  std::vector<int64_t> result_arguments;  // per result: the argument it is (in-place ops, staged or not), or -1
   uint64_t scalar_results = 0;  // bit k: result k is a scalar, whose recorded bits are scalar_bits[k]
   std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;

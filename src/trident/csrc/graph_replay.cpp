@@ -315,6 +315,16 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
       trident_tensor_delete(rets[k]);
       rets[k] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(tensor_at(args[2 * staged.argument + 1])));
     }
+    // An in-place operator on an argument read in place (a static KV cache): the step keeps the argument's index,
+    // not the tensor. Holding it would keep the caller's memory alive after the caller let go of it, so a new
+    // cache of the same shapes could never take the freed addresses and every generate() would record again.
+    if (step.result_arguments.back() < 0) {
+      for_each_tensor(args, nargs, [&](int64_t i, const at::Tensor& t) {
+        if (step.result_arguments.back() < 0 && i < 64 && !(step.staged_arguments >> i & 1) && r.is_same(t)) {
+          step.result_arguments.back() = i;
+        }
+      });
+    }
     if (step.result_arguments.back() >= 0) {
       step.results.emplace_back();
       continue;
