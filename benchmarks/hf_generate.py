@@ -1,7 +1,7 @@
 """Hugging Face `generate()` through each way a user can run it, in one process: ms per new token and whether the
 greedy tokens equal eager's.
 
-    python benchmarks/hf_generate.py [--model llama-1b|tiny] [--batch 1,8] [--cache static,dynamic]
+    python benchmarks/hf_generate.py [--model llama-1b|qwen2-1.5b|tiny] [--liger] [--batch 1,8] [--cache static,dynamic]
                                      [--systems eager,...] [--tokens 64] [--rounds 3] [--out results.json]
 
 Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
@@ -37,14 +37,16 @@ MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "qwen2-1.5b": dict(family="Qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, head_dim=128,
                        max_position_embeddings=2048, tie_word_embeddings=True),
-    "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=int(__import__("os").environ.get("TINY_LAYERS", 2)), num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
 }
 SYSTEMS = ("eager", "hf_compiled", "backend", "trident_jit")
 MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt + new tokens at most
 
 
-def build_model(name: str, device: torch.device) -> Any:
+def build_model(name: str, device: torch.device, liger: bool = False) -> Any:
+    """`name`'s shape with random weights; `liger`: liger-kernel's RMSNorm, RoPE and SwiGLU applied to it (real
+    Triton kernels inside the HF model, as `apply_liger_kernel_to_<family>` does for its users)."""
     import transformers
 
     shape = dict(MODELS[name])
@@ -53,7 +55,14 @@ def build_model(name: str, device: torch.device) -> Any:
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(transformers, f"{family}ForCausalLM")(config).to(device=device, dtype=dtype).eval()
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(device=device, dtype=dtype).eval()
+    if liger:
+        import liger_kernel.transformers as lk
+
+        getattr(lk, f"apply_liger_kernel_to_{family.lower()}")(rope=True, rms_norm=True, swiglu=True,
+                                                              cross_entropy=False,
+                                                              fused_linear_cross_entropy=False, model=model)
+    return model
 
 
 def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[torch.Tensor, int], torch.Tensor]]:
@@ -115,7 +124,7 @@ def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) ->
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.llm.hand_graph import capture_by_hand
 
-    model = build_model(args.model, device)
+    model = build_model(args.model, device, args.liger)
     cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
     config = model.config
     cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
@@ -157,9 +166,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
             ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
             reference = None
             for system in [s for s in SYSTEMS if s in args.systems.split(",")]:
-                cell: dict[str, Any] = {"model": args.model, "cache": cache, "batch": batch, "system": system}
+                cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
+                                         "batch": batch, "system": system}
                 try:
-                    model = build_model(args.model, device)
+                    model = build_model(args.model, device, args.liger)
                     ready, run = generate_fn(system, cache, model)
                     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always")
@@ -189,7 +199,8 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             if device.type == "cuda" and cache == "static" and "hand_graph" in args.systems.split(","):
-                cell = {"model": args.model, "cache": cache, "batch": batch, "system": "hand_graph"}
+                cell = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache, "batch": batch,
+                        "system": "hand_graph"}
                 try:
                     cell.update(status="ok", ms_per_token=hand_graph_ms(args, batch, device))
                 except Exception as e:  # noqa: BLE001
@@ -240,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--liger", action="store_true", help="apply liger-kernel's Triton kernels to the model first")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

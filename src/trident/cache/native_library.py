@@ -1,6 +1,7 @@
 """A specialization's native code as a loadable shared library: link, check, load, call its guard.
 
-Persisting: LLVM's object file for the specialization (NativeModule.write_object) is linked with
+Persisting: LLVM's object file for the specialization (the compiler's NativeModule.write_object, handed in as a
+function so that loading a record never imports the compiler) is linked with
 `g++ -shared` (the toolchain that built the runtime) against the runtime library it was compiled against (the
 ExecutionEngine's shared_libs). The library then names the runtime in DT_NEEDED by that path, so loading it
 binds the runtime functions to the runtime instance this process already loaded (the dynamic loader matches it
@@ -22,12 +23,11 @@ import ctypes
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..backend.engine import NativeModule
 from ..runtime.build import COMPILER as LINKER
 
 
@@ -35,12 +35,12 @@ class LinkError(Exception):
     """Linking the object into a shared library failed."""
 
 
-def link_shared_library(native: NativeModule, runtime_library: str) -> bytes:
-    """The specialization's code as the bytes of a shared library."""
+def link_shared_library(write_object: Callable[[str], None], runtime_library: str) -> bytes:
+    """The specialization's code as the bytes of a shared library; `write_object(path)` writes its object file."""
     with tempfile.TemporaryDirectory(prefix="trident-link-") as work:
         obj = os.path.join(work, "spec.o")
         lib = os.path.join(work, "spec.so")
-        native.write_object(obj)
+        write_object(obj)
         # -Bsymbolic: the library's own symbols bind inside it, never to a same-named one loaded earlier.
         command = [LINKER, "-shared", "-Wl,-Bsymbolic", obj, "-o", lib, runtime_library]
         try:

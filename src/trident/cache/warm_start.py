@@ -228,7 +228,7 @@ class Session:
             return reason
         start = time.perf_counter()
         try:
-            library = link_shared_library(compiled.native, jit.runtime_library)  # type: ignore[arg-type]
+            library = link_shared_library(compiled.native.write_object, jit.runtime_library)
         except LinkError as e:
             return str(e)
         known = [id(c) for c in compiled.constants] + [compiled.guard_address, compiled.run_address]
