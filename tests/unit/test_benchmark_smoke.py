@@ -98,3 +98,16 @@ def test_hf_generate_runs(tmp_path: Path) -> None:
     cells = json.loads(out.read_text())["cells"]
     assert [c["system"] for c in cells] == ["eager", "hf_compiled", "backend", "trident_jit"]
     assert all(c["status"] == "ok" and c["tokens_equal_eager"] for c in cells), cells
+
+
+def test_hf_token_time_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "hf_token_time.py"), "--model", "tiny", "--tokens", "3",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["system"] == "trident_jit" and cell["eager_calls"] == 0, cell
+    assert cell["forward_host_us"]["median"] > 0 and cell["forward_back_to_back_ms"] > 0, cell
