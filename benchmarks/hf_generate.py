@@ -9,6 +9,10 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
   hf_compiled  generate(...) as HF ships it (static cache on CUDA: inductor, reduce-overhead); dynamic cache: eager
   backend      generate(..., compile_config=CompileConfig(backend=trident.dynamo.backend, mode=None)) for the
                static cache; `model.forward = torch.compile(model.forward, backend="trident")` for the dynamic one
+  inductor     `model.forward = torch.compile(model.forward)` (Inductor's defaults), generate(..., disable_compile=True)
+  cudagraphs   generate(..., compile_config=CompileConfig(backend="cudagraphs", mode=None)) for the static cache:
+               the model's own ATen kernels in a CUDA graph behind Dynamo's guards (cudagraph trees), the same
+               device work as trident_jit's replay; dynamic cache: `torch.compile(model.forward, backend="cudagraphs")`
   trident_jit  trident.jit(model).generate(..., disable_compile=True), with the cache generate makes each call
   hand_graph   (static cache, CUDA) one decode step of the model captured by hand as a CUDA graph and replayed:
                the device time of a step, the floor for every system above
@@ -40,7 +44,7 @@ MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
 }
-SYSTEMS = ("eager", "hf_compiled", "backend", "trident_jit")
+SYSTEMS = ("eager", "hf_compiled", "inductor", "cudagraphs", "backend", "trident_jit")
 MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt + new tokens at most
 
 
@@ -79,11 +83,17 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
         ready = trident.jit(model)
     elif system == "backend" and cache == "dynamic":
         model.forward = torch.compile(model.forward, backend=trident.dynamo.backend)
+    elif system == "inductor":
+        model.forward = torch.compile(model.forward)
+    elif system == "cudagraphs" and cache == "dynamic":
+        model.forward = torch.compile(model.forward, backend="cudagraphs")
 
     def run(ids: torch.Tensor, n: int) -> torch.Tensor:
         extra: dict[str, Any] = {}
-        if system in ("eager", "trident_jit"):
-            extra["disable_compile"] = True
+        if system in ("eager", "trident_jit", "inductor") or (system == "cudagraphs" and cache == "dynamic"):
+            extra["disable_compile"] = True  # HF would compile the forward itself (again)
+        elif system == "cudagraphs":
+            extra["compile_config"] = transformers.CompileConfig(backend="cudagraphs", mode=None)
         elif system == "backend" and cache == "static":
             extra["compile_config"] = transformers.CompileConfig(backend=trident.dynamo.backend, mode=None)
         elif system == "backend":
