@@ -1,16 +1,16 @@
 """A compiled specialization as a value: what the compiler produces and the runtime instantiates.
 
 The lowering does not make runtime objects. Where compiled code needs one through its context table, it adds a
-slot that describes it instead, and `runtime.specialization.instantiate` makes the live object from the slot,
-for a fresh compile (driver.py) and a disk load (cache/warm_start.py) alike:
+constant that describes it instead, and `runtime.specialization.instantiate` makes the live object from the
+description, for a fresh compile (driver.py) and a disk load (cache/warm_start.py) alike:
 
-  - BufferPoolSlot: the specialization's BufferPool, empty, with `sites` allocation sites (its CUDA matmul
+  - BufferPoolConstant: the specialization's BufferPool, empty, with `sites` allocation sites (its CUDA matmul
     sites make their cuBLASLt plans on first use);
-  - LaunchSiteSlot: a Triton launch site, from capture's record of the launch (runtime/triton_native.py makes
+  - LaunchSiteConstant: a Triton launch site, from capture's record of the launch (runtime/triton_native.py makes
     its TritonLaunch on CUDA; on CPU the record itself runs through Triton's interpreter);
-  - ResultBuilderSlot: how a dataclass, named tuple or dict result is built (the runtime's Entry.ResultBuilder).
+  - ResultBuilderConstant: how a dataclass, named tuple or dict result is built (the runtime's Entry.ResultBuilder).
 
-Every other slot is the object compiled code reads as it is: a tensor constant of the trace, an object a guard
+Every other constant is the object compiled code reads as it is: a tensor constant of the trace, an object a guard
 compares by identity, a scalar or string. In a fresh compile these are this process's objects; the disk cache
 stores how to find each again in another process (cache/record.py, ConstantRecipe) and resolves them before it
 instantiates.
@@ -32,7 +32,7 @@ class NativeCode(Protocol):
 
 
 @dataclasses.dataclass(eq=False)
-class BufferPoolSlot:
+class BufferPoolConstant:
     """The host program's BufferPool: `sites` pooled allocation sites (pooled_allocations.py). Mutable while the
     program is lowered (the count grows); compared by identity, so the context holds it once."""
 
@@ -40,7 +40,7 @@ class BufferPoolSlot:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LaunchSiteSlot:
+class LaunchSiteConstant:
     """One Triton launch op of the host program: capture's RecordedLaunch (its kernel and constant arguments by
     index in this process's kernel_side_table)."""
 
@@ -48,7 +48,7 @@ class LaunchSiteSlot:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ResultBuilderSlot:
+class ResultBuilderConstant:
     """How the entry builds a result Python makes from parts (a dataclass such as Hugging Face's ModelOutput, a
     named tuple, a dict): `cls(**dict(zip(names, parts)))`; `nested`: parts below it are built too; `cls` None:
     only parts below it are (capture/trace.py, _flatten_output). `fresh`: an object of a plain class the call
@@ -86,14 +86,14 @@ class NoReplayPlan:
 @dataclasses.dataclass
 class Artifact:
     """One specialization as the compiler made it: its code, the symbols of its guard and run functions, the
-    operators its context resolves, and its context slots in order."""
+    operators its context resolves, and its context's constants in order."""
 
     code: NativeCode
     guard_symbol: str
     run_symbol: str
     ops: list[tuple[str, str]]  # operators called through the boxed dispatcher (resolved in the context)
     aten_calls: list[str]  # every ATen call of the host program, in order (explain)
-    slots: list[object]  # ctx->constants: objects, BufferPoolSlot and LaunchSiteSlot
+    constants: list[object]  # ctx->constants: objects, BufferPoolConstant, LaunchSiteConstant, ResultBuilderConstant
     stages: dict[str, str] = dataclasses.field(default_factory=dict)  # stage name -> IR text (empty when loaded)
     replay_plan: ReplayPlan | NoReplayPlan = NoReplayPlan("not lowered")
     # Attributes of the call's state objects its run assigns (capture/results.StateWrite): a run is then not

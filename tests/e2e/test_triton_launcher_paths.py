@@ -7,7 +7,7 @@ tensor descriptor argument, which compiled code cannot pass (the call runs eager
 feature end to end in a small kernel, asserting the site's disabled_reason, that no launch went native, that every
 launch went through Triton's launcher, and eager's result.
 
-Not expressible here: the LaunchPlan's "TMA descriptor arguments" refusal reads torch's tma_descriptor_metadata,
+Not expressible here: the VariantTable's "TMA descriptor arguments" refusal reads torch's tma_descriptor_metadata,
 which only torch.compile's tracer fills in (Trident's make_fx capture records host descriptors as constants;
 see the descriptor tests); its decision is checked on CPU below with a hand-made launch."""
 from __future__ import annotations
@@ -94,8 +94,8 @@ def test_kernel_features_the_native_launcher_lacks_are_refused(metadata: dict[st
 def test_fp16_scalar_parameters_are_refused() -> None:
     signature = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n": "i32", "scale": "fp16", "BLOCK": "constexpr"}
     args = {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": 100, "scale": 2.0, "BLOCK": 64}
-    assert tn._param_slots(signature, args, {}, ["tensor", "tensor"]) == "parameter 'scale' of type fp16"
-    assert isinstance(tn._param_slots({**signature, "scale": "fp32"}, args, {}, ["tensor", "tensor"]), list)
+    assert tn._param_sources(signature, args, {}, ["tensor", "tensor"]) == "parameter 'scale' of type fp16"
+    assert isinstance(tn._param_sources({**signature, "scale": "fp32"}, args, {}, ["tensor", "tensor"]), list)
 
 
 def _recorded(tma_descriptor_metadata: dict[str, Any]) -> RecordedLaunch:
@@ -109,11 +109,11 @@ def _recorded(tma_descriptor_metadata: dict[str, Any]) -> RecordedLaunch:
 
 
 def test_tma_descriptor_metadata_refuses_the_site_before_anything_else() -> None:
-    """The plan's own refusal comes before "CUDA is not available": the same reason on every machine."""
+    """The variant table's own refusal comes before "CUDA is not available": the same reason on every machine."""
     native = tn.LaunchSite(_recorded({"x_ptr": ("stable", ([16],))})).native
     assert native.disabled_reason == "TMA descriptor arguments"
     assert "through Triton's launcher (TMA descriptor arguments)" in tn.describe_launch_site(native)
-    assert tn.LaunchPlan(_recorded({}), double_kernel).unsupported is None
+    assert tn.VariantTable(_recorded({}), double_kernel).unsupported is None
 
 
 class _StubNative:

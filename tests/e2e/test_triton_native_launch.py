@@ -217,7 +217,7 @@ def test_kernel_with_more_than_48kb_of_shared_memory() -> None:
     for _ in range(3):
         torch.testing.assert_close(fn(a, b).float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-1)
     site = only_site(fn)
-    (variant,) = site.fallback.plan.variants
+    (variant,) = site.fallback.variant_table.variants
     assert variant.compiled.metadata.shared > 48 * 1024, variant.compiled.metadata.shared
     assert site.native_launches == 2
     assert_native(fn, hits=3, compiles=1)

@@ -146,7 +146,7 @@ def assert_steps_follow_the_plan(step, call, positions, operators: bool) -> None
             assert isinstance(plan, ReplayPlan), plan
             steps = plan.steps if operators else [(kernel, c) for kernel, c in plan.steps if kernel]
             assert [k for k, _, _ in events] == [k for k, _ in steps], [what for _, what, _ in events]
-            outside = _storages(list(specs[index].compiled.artifact.slots)) | _storages(list(args))
+            outside = _storages(list(specs[index].compiled.artifact.constants)) | _storages(list(args))
             w = words(jf, index, *args)
             for i, ((_, what, operands), (_, changing)) in enumerate(zip(events, steps)):
                 words_of = dict(changing)

@@ -1,4 +1,4 @@
-"""The native launcher's specialization keys and launch plans, checked against Triton itself on CPU.
+"""The native launcher's specialization keys and variant tables, checked against Triton itself on CPU.
 
 A wrong key would launch a kernel compiled for another specialization (an aligned-pointer kernel on `x[1:]`):
 the worst bug this project can have. So the key the runtime computes natively is compared here with the key
@@ -101,48 +101,48 @@ def recorded(kernel: object, kwargs: dict[str, object], kinds: list[str]) -> Rec
     )
 
 
-def plan_of(kernel: object, kwargs: dict[str, object], kinds: list[str]) -> tn.LaunchPlan:
-    return tn.LaunchPlan(recorded(kernel, kwargs, kinds), kernel)
+def table_of(kernel: object, kwargs: dict[str, object], kinds: list[str]) -> tn.VariantTable:
+    return tn.VariantTable(recorded(kernel, kwargs, kinds), kernel)
 
 
-def test_plan_keys_on_pointers_and_ints_but_not_floats_or_literals() -> None:
-    plan = plan_of(
+def test_variant_table_keys_on_pointers_and_ints_but_not_floats_or_literals() -> None:
+    table = table_of(
         plain_kernel,
         {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "scale": 2.0, "BLOCK": 16},
         ["tensor", "tensor", "int", "int"],
     )
-    assert plan.key_spec == [(0, tn.KEY_ALIGN), (1, tn.KEY_ALIGN), (2, tn.KEY_INT)]
-    assert plan.key_params == ["x_ptr", "out_ptr", "n"]
-    assert plan.unsupported is None
+    assert table.key_spec == [(0, tn.KEY_ALIGN), (1, tn.KEY_ALIGN), (2, tn.KEY_INT)]
+    assert table.key_params == ["x_ptr", "out_ptr", "n"]
+    assert table.unsupported is None
 
 
-def test_plan_takes_string_and_dtype_literals_as_literals() -> None:
+def test_variant_table_takes_string_and_dtype_literals_as_literals() -> None:
     # A str has an .index method and a dtype may carry attributes: only Operand placeholders are operands
     # (a string constexpr such as tl.dot's input_precision used to be read as an operand index).
     args = {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "m": "ieee", "EVEN": torch.float32}
     kinds = ["tensor", "tensor", "int", "int"]
     for kernel in (plain_kernel, heuristic_kernel):
         kwargs = dict(args) if kernel is heuristic_kernel else {**args, "scale": "tf32", "BLOCK": "ieee"}
-        plan = plan_of(kernel, kwargs, kinds)
-        assert plan.unsupported is None
-        assert {operand for operand, _ in plan.key_spec} == {0, 1, 2}
+        table = table_of(kernel, kwargs, kinds)
+        assert table.unsupported is None
+        assert {operand for operand, _ in table.key_spec} == {0, 1, 2}
 
 
-def test_plan_honours_do_not_specialize_flags() -> None:
-    plan = plan_of(
+def test_variant_table_honours_do_not_specialize_flags() -> None:
+    table = table_of(
         flagged_kernel,
         {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "m": Operand(3), "BLOCK": 16},
         ["tensor", "tensor", "int", "int", "int"],
     )
-    assert plan.key_spec == [(0, tn.KEY_ALIGN), (2, tn.KEY_INT_WIDTH), (3, tn.KEY_INT_NO_ALIGN)]
+    assert table.key_spec == [(0, tn.KEY_ALIGN), (2, tn.KEY_INT_WIDTH), (3, tn.KEY_INT_NO_ALIGN)]
 
 
-def test_plan_keys_on_autotune_keys_and_on_ints_heuristics_read() -> None:
+def test_variant_table_keys_on_autotune_keys_and_on_ints_heuristics_read() -> None:
     kinds = ["tensor", "tensor", "int", "int", "int"]
     args = {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "m": Operand(3)}
-    tuned = plan_of(tuned_kernel, args, kinds)
+    tuned = table_of(tuned_kernel, args, kinds)
     assert (2, tn.KEY_VALUE) in tuned.key_spec and (3, tn.KEY_VALUE) not in tuned.key_spec
-    heuristic = plan_of(heuristic_kernel, args, kinds)
+    heuristic = table_of(heuristic_kernel, args, kinds)
     assert {(2, tn.KEY_VALUE), (3, tn.KEY_VALUE)} <= set(heuristic.key_spec)
 
 
@@ -150,16 +150,16 @@ def test_parameter_slots_follow_the_compiled_signature() -> None:
     signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "one": "constexpr", "scale": "fp32",
                  "big": "i64", "BLOCK": "constexpr"}  # fmt: skip
     args = {"x_ptr": Operand(0), "out_ptr": Operand(1), "n": Operand(2), "one": 1, "scale": 0.5, "BLOCK": 16}
-    slots = tn._param_slots(signature, args, {"big": -3}, ["tensor", "tensor", "int"])
-    assert slots == [
+    sources = tn._param_sources(signature, args, {"big": -3}, ["tensor", "tensor", "int"])
+    assert sources == [
         (tn.PARAM_POINTER, 0),
         (tn.PARAM_POINTER, 1),
         (tn.PARAM_INT, 2),
         (tn.PARAM_LITERAL, struct.unpack("<i", struct.pack("<f", 0.5))[0]),
         (tn.PARAM_LITERAL, -3),
     ]
-    assert "bf16" in tn._param_slots({"s": "bf16"}, {"s": 1.0}, {}, [])  # type: ignore[operator]
-    assert "not a tensor" in tn._param_slots({"p": "*fp32"}, {"p": Operand(0)}, {}, ["int"])  # type: ignore[operator]
+    assert "bf16" in tn._param_sources({"s": "bf16"}, {"s": 1.0}, {}, [])  # type: ignore[operator]
+    assert "not a tensor" in tn._param_sources({"p": "*fp32"}, {"p": Operand(0)}, {}, ["int"])  # type: ignore[operator]
 
 
 def test_launch_hooks_are_seen() -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..capture.triton_launches import RecordedLaunch, compiled_form
 from ..runtime.triton_native import (
-    LaunchPlan, LaunchSite, VariantArguments, kernel_chain, launch_hooks_active, site_of,
+    VariantTable, LaunchSite, VariantArguments, kernel_chain, launch_hooks_active, site_of,
 )  # fmt: skip
 from .fingerprint import code_digest
 from .counters import stats
@@ -111,7 +111,7 @@ def triton_environment() -> tuple[tuple[str, str], ...]:
 
 
 def recipe_of(launch: RecordedLaunch, called: object) -> tuple[LaunchRecipe | None, str | None]:
-    """The persisted form of a launch site (its record, with the plan and variants of its LaunchSite on CUDA),
+    """The persisted form of a launch site (its record, with the variant table of its LaunchSite on CUDA),
     or why it has none. `called` is what compiled code calls for it (runtime/specialization.launch_site)."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
@@ -126,14 +126,14 @@ def recipe_of(launch: RecordedLaunch, called: object) -> tuple[LaunchRecipe | No
     except Exception as e:
         return None, f"{where}: its arguments cannot be pickled ({type(e).__name__}: {e})"
     site = site_of(called)
-    plan = site.plan if site is not None else None
-    binaries, variants = _stored_variants(plan)
+    table = site.variant_table if site is not None else None
+    binaries, variants = _stored_variants(table)
     recipe = LaunchRecipe(
         kernel_name=launch.kernel_name, grid=list(launch.grid),
         tma_descriptor_metadata=dict(launch.tma_descriptor_metadata), kwargs=dict(launch.kwargs),
         operand_kinds=list(launch.operand_kinds), device_type=launch.device_type, constant_args=constant_args,
         locator=locator, environment=triton_environment(),
-        key_spec=tuple(tuple(k) for k in plan.key_spec) if plan is not None else (), binaries=binaries,
+        key_spec=tuple(tuple(k) for k in table.key_spec) if table is not None else (), binaries=binaries,
         variants=variants,
     )  # fmt: skip
     return recipe, None
@@ -196,11 +196,11 @@ def _unlike_synthesized_autotuner(kernel: Any) -> str | None:
 _binaries: dict[str, KernelBinary] = {}
 
 
-def _stored_variants(plan: LaunchPlan | None) -> tuple[dict[str, KernelBinary], list[tuple[str, VariantArguments]]]:
+def _stored_variants(table: VariantTable | None) -> tuple[dict[str, KernelBinary], list[tuple[str, VariantArguments]]]:
     """The binaries of the variants registered on a CUDA site (each stored once), and the variants."""
     binaries: dict[str, KernelBinary] = {}
     variants: list[tuple[str, VariantArguments]] = []
-    for variant in plan.variants if plan is not None else []:
+    for variant in table.variants if table is not None else []:
         compiled = variant.compiled
         if compiled is None:  # loaded from the disk cache: its specialization is not published again
             continue
@@ -250,9 +250,10 @@ def load_variants(site: object, recipe: LaunchRecipe) -> None:
         return
     launch_site = site_of(site)
     assert launch_site is not None, "a CUDA launch instantiates as a LaunchSite's TritonLaunch"
-    if tuple(tuple(k) for k in launch_site.plan.key_spec) != recipe.key_spec:
+    if tuple(tuple(k) for k in launch_site.variant_table.key_spec) != recipe.key_spec:
         raise LaunchSiteMismatch(
-            f"kernel '{recipe.kernel_name}' specializes on other operands here ({launch_site.plan.key_spec} now, "
+            f"kernel '{recipe.kernel_name}' specializes on other operands here "
+            f"({launch_site.variant_table.key_spec} now, "
             f"{list(recipe.key_spec)} when compiled)"
         )
     _load_variants(launch_site, recipe)

@@ -31,7 +31,7 @@ from ..capture.results import OutputTree
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-9\n"  # 9: state objects (SequenceFact.cls, class_name), StateWrite, NoReplayPlan
+MAGIC = b"TRIDENT-SPEC-10\n"  # 10: VariantArguments.param_sources (was slots); 9: state objects, StateWrite
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -58,7 +58,7 @@ class ConstantRecipe:
     kind "buffer_pool": the specialization's BufferPool, made empty with `value` allocation sites;
     kind "triton_launch": a Triton launch site, rebuilt from `value`, a launch_sites.LaunchRecipe (its kernel found
                      by name and checked unchanged; on CUDA with the binaries of its compiled variants);
-    kind "result_builder": how a result is built from its parts (artifact.ResultBuilderSlot), `value` = (module,
+    kind "result_builder": how a result is built from its parts (artifact.ResultBuilderConstant), `value` = (module,
                      qualname, names, nested, fresh) with the class found by name (module None: no class). What
                      its constructor runs ran at capture and is checked as code (code_deps.py)."""
 
@@ -102,7 +102,7 @@ class Record:
 
 def strip_live_objects(guards: GuardSet, facts: CallFacts) -> tuple[GuardSet, CallFacts]:
     """Copies without the compiling call's objects (tensors, identity-guarded objects, state objects' classes,
-    which slots.bind_call_objects takes from the loading call): a record holds facts."""
+    which constants.bind_call_objects takes from the loading call): a record holds facts."""
     sequences = tuple(dataclasses.replace(s, cls=None) for s in facts.sequences)
     stripped_guards = dataclasses.replace(
         guards, identity_objects=[None] * len(guards.identity_objects), sequences=[SequenceGuard(s) for s in sequences]

@@ -20,7 +20,7 @@ gives the same state fingerprint and finds a tensor at each constant's provenanc
 call and those constants (in Python, before its library is loaded); its library loads and its operators
 resolve; then its native guard accepts this call's arguments. Launch sites are rebuilt only for a record whose
 Python guards accepted the call (rebuilding imports kernel modules, hashes kernels and loads CUDA binaries).
-A record becomes an Artifact (trident/artifact.py) whose slots are resolved in this process, instantiated by the
+A record becomes an Artifact (trident/artifact.py) whose constants are resolved in this process, instantiated by the
 same runtime function as a fresh compile (runtime/specialization.py); the driver installs it as it installs a
 compiled one (driver.JitFunction._install). Anything that fails is a
 miss for that record: the call compiles normally, and TRIDENT_LOG=cache says why.
@@ -54,8 +54,8 @@ from .key import lookup_key
 from .native_library import LinkError, LoadedLibrary, baked_addresses, guard_accepts, link_shared_library
 from .provenance import Root, argument_roots, function_roots, walk_roots
 from .record import CorruptRecord, Record, library_digest, strip_live_objects
-from .slots import (
-    Rejected, bind_attributes, bind_call_objects, constant_recipes, persisted_attributes, resolve_slots,
+from .constants import (
+    Rejected, bind_attributes, bind_call_objects, constant_recipes, persisted_attributes, resolve_constants,
 )  # fmt: skip
 from .counters import stats
 
@@ -220,7 +220,7 @@ class Session:
             return state
         deps, roots, walk = state.code_dependencies, state.roots, state.walk
         assert compiled.artifact is not None
-        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.slots, compiled.constants, walk)
+        recipes, reason = constant_recipes(spec.guards, trace, compiled.artifact.constants, compiled.constants, walk)
         if reason is not None:
             return reason
         attributes, reason = persisted_attributes(spec.guards, walk)
@@ -334,23 +334,23 @@ def _load_record(
     if walk.digest() != record.state_digest:
         raise Rejected("the state the function closes over (attributes, globals, closure cells) differs")
     n = record.n_trace_constants
-    slots = resolve_slots(record.constants[:n], [], walk, session.values)
+    constants = resolve_constants(record.constants[:n], [], walk, session.values)
     guards, facts = bind_call_objects(record, session.values)
     guards = bind_attributes(guards, walk)
     # The Python twin of the guard first (it also checks each resolved constant's dtype, device, sizes, strides
     # and alignment): a record for other shapes is rejected without loading its library (a loaded library stays
     # mapped for the life of the process) or rebuilding its launch sites. The native guard below has the last word.
-    why = first_failure(guards, session.values, slots)
+    why = first_failure(guards, session.values, constants)
     if why is not None:
         raise Rejected(f"its guards reject this call ({why})")
-    slots = resolve_slots(record.constants[n:], slots, walk, session.values)
+    constants = resolve_constants(record.constants[n:], constants, walk, session.values)
     library_path = store.read_library(path, record)
     try:
         library = LoadedLibrary(str(library_path))
     except OSError as e:
         raise CorruptRecord(f"its library does not load: {e}") from e
     artifact = Artifact(
-        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), slots,
+        library, record.guard_symbol, record.run_symbol, list(record.ops), list(record.aten_calls), constants,
         replay_plan=record.replay_plan, state_writes=record.state_writes,
     )  # fmt: skip
     try:

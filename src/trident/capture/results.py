@@ -5,7 +5,7 @@ arguments (a tensor, or an object guarded by identity: a Hugging Face Cache retu
 and lists are rebuilt around them. An object of a plain class the call created and filled with results (the
 DynamicCache a forward without a cache makes) is made again for each call, with the attributes the traced call
 left. A result Python builds from parts (a dataclass such as Hugging Face's
-ModelOutput, a named tuple, a dict with str keys) is flattened into its parts, headed by a ResultBuilderSlot from
+ModelOutput, a named tuple, a dict with str keys) is flattened into its parts, headed by a ResultBuilderConstant from
 which the runtime makes the entry's ResultBuilder (artifact.py), checked at capture to rebuild an object of the
 same type holding the same objects.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from .. import exc
-from ..artifact import ResultBuilderSlot
+from ..artifact import ResultBuilderConstant
 from .inputs import Leaf, LeafKind, LeafPath, bounded_state_object
 from .user_state import holds_traced
 
@@ -30,7 +30,7 @@ class OutputTree:
     ("input", leaf_index): an argument returned as itself (a tensor, or an object guarded by identity);
     ("state", value=LeafPath): a state object of the call (capture/inputs.py) returned as itself.
     A result Python builds from parts (a dataclass such as Hugging Face's ModelOutput, a named tuple, a dict)
-    is a tuple whose first child is the const ResultBuilderSlot the native entry builds it with (_flatten_output)."""
+    is a tuple whose first child is the ResultBuilderConstant the native entry builds it with (_flatten_output)."""
 
     kind: str  # "tuple", "list", "graph", "const", "input", "state"
     children: tuple[OutputTree, ...] = ()
@@ -60,7 +60,7 @@ def flatten_output(
     made for each call."""
     tree, built = _flatten_value(value, graph_outputs, placeholders, traced, leaves, state or {}, created)
     if built and not _is_built(tree):
-        tree = OutputTree("tuple", (OutputTree("const", value=ResultBuilderSlot(None, (), True)), tree))
+        tree = OutputTree("tuple", (OutputTree("const", value=ResultBuilderConstant(None, (), True)), tree))
     return tree
 
 
@@ -101,13 +101,13 @@ def _flatten_value(
     cls, names, items = parts
     children = [_flatten_value(v, graph_outputs, placeholders, traced, leaves, state, created) for v in items]
     nested = any(built for _, built in children)
-    head = OutputTree("const", value=ResultBuilderSlot(cls, names, nested, fresh))
+    head = OutputTree("const", value=ResultBuilderConstant(cls, names, nested, fresh))
     return OutputTree("tuple", (head, *(tree for tree, _ in children))), True
 
 
 def _is_built(tree: OutputTree) -> bool:
     head = tree.children[0] if tree.kind == "tuple" and tree.children else None
-    return head is not None and head.kind == "const" and isinstance(head.value, ResultBuilderSlot)
+    return head is not None and head.kind == "const" and isinstance(head.value, ResultBuilderConstant)
 
 
 def _constructor_parts(value: object) -> tuple[type, tuple[str, ...], list[object]] | None:

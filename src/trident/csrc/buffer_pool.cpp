@@ -52,7 +52,7 @@ struct PoolSite {
   at::Tensor buffer;
   int64_t stream = 0;
   int64_t bytes = 0;
-  trident::MatmulPlanSlot matmul;  // a CUDA matmul site's cuBLASLt plan (matmul_plan.cpp)
+  trident::SiteMatmulPlan matmul;  // a CUDA matmul site's cuBLASLt plan (matmul_plan.cpp)
 };
 
 struct BufferPoolObject {
@@ -236,7 +236,7 @@ PyObject* pool_matmul_plans(PyObject* self, void*) {
   PyObject* out = PyDict_New();
   const std::vector<PoolSite>& sites = *as_pool(self)->sites;
   for (size_t i = 0; out != nullptr && i < sites.size(); ++i) {
-    const trident::MatmulPlanSlot& slot = sites[i].matmul;
+    const trident::SiteMatmulPlan& slot = sites[i].matmul;
     if (slot.untried()) continue;
     PyObject* key = PyLong_FromSize_t(i);
     PyObject* value = slot.plan ? Py_NewRef(Py_None) : PyUnicode_FromString(slot.refusal.c_str());
@@ -351,7 +351,7 @@ static int32_t pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, 
     int64_t stream = -1;
     at::Tensor result = take(self, site, sizes, strides, x.scalar_type(), x.device(), &stream);
     if (reaches_cuda_kernel(result, x, w, c)) {
-      trident::MatmulPlanSlot& plan = (*self->sites)[site].matmul;
+      trident::SiteMatmulPlan& plan = (*self->sites)[site].matmul;
       const bool plans = self->matmul_plans && stream != -1;  // never while capturing a graph
       if (plans && trident::run_matmul_plan(plan, *self->workspace, result, x, w, c, stream)) {
         ++self->planned_matmuls;

@@ -170,7 +170,7 @@ struct Step {
   void* function = nullptr;
   unsigned grid[3] = {0, 0, 0};
   unsigned block_threads = 0, shared_bytes = 0;
-  std::vector<uint64_t> slots;
+  std::vector<uint64_t> param_bits;  // the launch's parameters as the node has them
 };
 
 enum class Mode { kRecord, kReplay };

@@ -91,7 +91,8 @@ bool patch_copy(Recording* rec, CUgraphNode node, uint64_t source, uint64_t dest
 bool same_parameters(const Step& step, const PreparedLaunch& p) {
   return step.function == p.function && std::memcmp(step.grid, p.grid, sizeof step.grid) == 0 &&
          step.block_threads == p.block_threads && step.shared_bytes == p.shared_bytes &&
-         step.slots.size() == p.n_params && std::memcmp(step.slots.data(), p.slots, p.n_params * sizeof(uint64_t)) == 0;
+         step.param_bits.size() == p.n_params &&
+         std::memcmp(step.param_bits.data(), p.param_bits, p.n_params * sizeof(uint64_t)) == 0;
 }
 
 void snapshot_parameters(Step* step, const PreparedLaunch& p) {
@@ -99,7 +100,7 @@ void snapshot_parameters(Step* step, const PreparedLaunch& p) {
   std::memcpy(step->grid, p.grid, sizeof step->grid);
   step->block_threads = p.block_threads;
   step->shared_bytes = p.shared_bytes;
-  step->slots.assign(p.slots, p.slots + p.n_params);
+  step->param_bits.assign(p.param_bits, p.param_bits + p.n_params);
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ struct PreparedLaunch {
   unsigned shared_bytes;
   int32_t device;
   size_t n_params;
-  uint64_t slots[kMaxLaunchParams];
+  uint64_t param_bits[kMaxLaunchParams];
   void* params[kMaxLaunchParams];
   void* stream;
 };

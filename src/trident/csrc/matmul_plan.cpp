@@ -390,7 +390,7 @@ at::Tensor bits(const at::Tensor& t) {
 
 }  // namespace
 
-bool trident::run_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, at::Tensor& result,
+bool trident::run_matmul_plan(SiteMatmulPlan& slot, PlanWorkspace& workspace, at::Tensor& result,
                               const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias, int64_t stream) {
   if (!slot.plan) return false;
   void* context = nullptr;
@@ -410,7 +410,7 @@ bool trident::run_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, at
   return false;
 }
 
-void trident::try_matmul_plan(MatmulPlanSlot& slot, PlanWorkspace& workspace, const at::Tensor& aten_result,
+void trident::try_matmul_plan(SiteMatmulPlan& slot, PlanWorkspace& workspace, const at::Tensor& aten_result,
                               const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias, int64_t stream) {
   void* context = nullptr;
   if (!current_cuda_context(&context) || context == nullptr) {

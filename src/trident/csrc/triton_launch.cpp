@@ -193,11 +193,11 @@ int32_t prepare_launch(TritonLaunchObject* self, const Variant& v, const int64_t
       const double d = operand_as_double(args, param.source, value);
       std::memcpy(&bits, &d, sizeof bits);
     }
-    p->slots[i] = bits;  // little-endian: a narrower parameter reads the low bytes of its slot
+    p->param_bits[i] = bits;  // little-endian: a narrower parameter reads the low bytes of its word
   }
-  p->slots[n] = p->slots[n + 1] = 0;  // global and profile scratch: none
+  p->param_bits[n] = p->param_bits[n + 1] = 0;  // global and profile scratch: none
   p->n_params = n + 2;
-  for (size_t i = 0; i < n + 2; ++i) p->params[i] = &p->slots[i];
+  for (size_t i = 0; i < n + 2; ++i) p->params[i] = &p->param_bits[i];
   p->function = v.function;
   p->block_threads = v.block_threads;
   p->shared_bytes = v.shared_bytes;

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from torch_mlir import ir
 
 from .. import exc
-from ..artifact import BufferPoolSlot, LaunchSiteSlot
+from ..artifact import BufferPoolConstant, LaunchSiteConstant
 from ..capture.inputs import LeafPath
 from ..capture.results import OutputTree, StateWrite
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
@@ -174,7 +174,7 @@ class HostProgramLowering:
         self.aten_calls: list[str] = []  # every ATen call in program order (typed or boxed), for explain
         self.pool_allocations = pool_allocations  # False: no allocation goes through a BufferPool
         self.private_views = private_views  # False: views of the call's own intermediates go through autograd
-        self.buffer_pool: BufferPoolSlot | None = None  # the slot of the pooled allocations' BufferPool
+        self.buffer_pool: BufferPoolConstant | None = None  # the pooled allocations' BufferPool (a context constant)
 
     # -- driver ---------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -466,16 +466,16 @@ class HostProgramLowering:
         fb = self.fb
         launch = self.launches[int(_operator_name(op).removeprefix(LAUNCH_OP_PREFIX))]
         args = self._encode_operands(op)
-        # The slot becomes the TritonLaunch (CUDA) or the record itself (CPU) when the artifact is instantiated.
+        # The constant becomes the TritonLaunch (CUDA) or the record itself (CPU) when the artifact is instantiated.
         extern = abi.TRITON_LAUNCH if launch.device_type == "cuda" else abi.PYTHON_CALL
-        callee = self.access.constant(self.pool.add(LaunchSiteSlot(launch)))
+        callee = self.access.constant(self.pool.add(LaunchSiteConstant(launch)))
         status = fb.call(extern, [callee, args, fb.const(len(op.operands))])
         assert status is not None
         fb.check_zero(status)
 
     def _pooled_allocation(self, op: ir.Operation, kind: str) -> None:
         if self.buffer_pool is None:
-            self.buffer_pool = BufferPoolSlot()
+            self.buffer_pool = BufferPoolConstant()
         pool = self.access.constant(self.pool.add(self.buffer_pool))
         handle = emit_pooled(
             self.fb, kind, op, pool, self.buffer_pool.sites, self._int_list_pointer, lambda v: self.values[v].ssa,

@@ -1,7 +1,7 @@
 """Instantiating an artifact (trident/artifact.py) into a live specialization: the one place where a
 specialization's runtime objects are made, for a fresh compile and a disk load alike.
 
-`instantiate` resolves the guard and run symbols, makes each slot's object (an empty BufferPool, a launch
+`instantiate` resolves the guard and run symbols, makes each constant's live object (an empty BufferPool, a launch
 site's TritonLaunch) and the context holding them. The caller adds the result to the function's entry.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..artifact import Artifact, BufferPoolSlot, LaunchSiteSlot, NativeCode, ResultBuilderSlot
+from ..artifact import Artifact, BufferPoolConstant, LaunchSiteConstant, NativeCode, ResultBuilderConstant
 
 
 @dataclasses.dataclass
@@ -21,19 +21,19 @@ class CompiledSpecialization:
     native: NativeCode  # keeps the code mapped while the entry may call it
     ops: list[tuple[str, str]]
     aten_calls: list[str]
-    constants: list[object]  # the context's objects, in slot order
+    constants: list[object]  # the context's objects, in the artifact's order
     stages: dict[str, str]
     launch_sites: list[object] = dataclasses.field(default_factory=list)  # Triton launches, in program order
     buffer_pool: object | None = None  # the BufferPool of its pooled allocations (None: none pooled)
     guard_symbol: str = ""  # exported names of the two functions (the disk cache loads by name)
     run_symbol: str = ""
     context: Any = None  # the runtime's Context (ctx->constants, ctx->ops)
-    artifact: Artifact | None = None  # what it was instantiated from (the disk cache persists its slots)
+    artifact: Artifact | None = None  # what it was instantiated from (the disk cache persists its constants)
 
 
 class FreshObject:
     """Makes a new instance of a plain class with given attributes, as the traced call left the one it created
-    (a ResultBuilderSlot with `fresh`): what its __init__ and later methods computed is in the attributes."""
+    (a ResultBuilderConstant with `fresh`): what its __init__ and later methods computed is in the attributes."""
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
@@ -54,17 +54,17 @@ def instantiate(artifact: Artifact) -> CompiledSpecialization:
     constants: list[object] = []
     launch_sites: list[object] = []
     buffer_pool: object | None = None
-    for slot in artifact.slots:
-        if isinstance(slot, BufferPoolSlot):
-            buffer_pool = obj = new_buffer_pool(slot.sites)
-        elif isinstance(slot, LaunchSiteSlot):
-            obj = launch_site(slot.launch)
+    for constant in artifact.constants:
+        if isinstance(constant, BufferPoolConstant):
+            buffer_pool = obj = new_buffer_pool(constant.sites)
+        elif isinstance(constant, LaunchSiteConstant):
+            obj = launch_site(constant.launch)
             launch_sites.append(obj)
-        elif isinstance(slot, ResultBuilderSlot):
-            maker = FreshObject(slot.cls) if slot.fresh else slot.cls
-            obj = load_runtime().Entry.ResultBuilder(maker, slot.names, slot.nested)
+        elif isinstance(constant, ResultBuilderConstant):
+            maker = FreshObject(constant.cls) if constant.fresh else constant.cls
+            obj = load_runtime().Entry.ResultBuilder(maker, constant.names, constant.nested)
         else:
-            obj = slot
+            obj = constant
         constants.append(obj)
     context = load_runtime().Context(list(artifact.ops), constants)
     return CompiledSpecialization(

@@ -5,7 +5,7 @@ key spec names the operands Triton specializes the kernel on and how: 16-byte al
 integers equal to 1, divisible by 16 or wider than 32 bits (honouring do_not_specialize and
 do_not_specialize_on_alignment), and the exact values of autotune keys and of ints that heuristics read.
 
-Each CUDA launch site is a LaunchSite: capture's record of the launch, its LaunchPlan and its TritonLaunch.
+Each CUDA launch site is a LaunchSite: capture's record of the launch, its VariantTable and its TritonLaunch.
 Variants are learned, never assumed. A launch with no matching variant goes to the TritonLaunch's fallback,
 the LaunchSite, which runs Triton's own launcher: it compiles (and autotunes) exactly as eager would.
 `LaunchSite.register` then reads what cuLaunchKernel needs from the CompiledKernel Triton returned, checks that
@@ -15,7 +15,7 @@ launcher does not implement (clusters, cooperative or PDL launches, scratch buff
 scalars, hooks) disable native launches for the site with the reason; its launches stay correct through
 Triton's launcher.
 
-Each site's LaunchPlan remembers the variants handed to its TritonLaunch (VariantArguments), so that the disk
+Each site's VariantTable remembers the variants handed to its TritonLaunch (VariantArguments), so that the disk
 cache can store the variants' binaries and hand them to the TritonLaunch of a new process
 (cache/launch_sites.py).
 
@@ -106,7 +106,7 @@ def cuda_ready() -> str | None:
     return None
 
 
-class LaunchPlan:
+class VariantTable:
     """What a launch site's TritonLaunch is built from: its key spec and, per key entry, the kernel parameter
     whose Triton specialization it mirrors (None for exact-value entries)."""
 
@@ -115,7 +115,7 @@ class LaunchPlan:
         self.key_params: list[str | None] = []
         self.unsupported: str | None = None
         wrappers, jit = kernel_chain(kernel)
-        self._plan_wrappers(launch, wrappers)
+        self._key_wrappers(launch, wrappers)
         for param in jit.params:
             value = launch.kwargs.get(param.name)
             if not isinstance(value, Operand):  # literals (ints, strings, dtypes) are fixed per site
@@ -143,7 +143,7 @@ class LaunchPlan:
         self.key_spec.append((operand, kind))
         self.key_params.append(param)
 
-    def _plan_wrappers(self, launch: Any, wrappers: list[Any]) -> None:
+    def _key_wrappers(self, launch: Any, wrappers: list[Any]) -> None:
         from triton.runtime.autotuner import Autotuner
 
         for wrapper in wrappers:
@@ -173,7 +173,7 @@ class VariantArguments:
     block_threads: int  # 32 * num_warps
     shared: int  # dynamic shared memory in bytes
     device: int  # CUDA device index
-    slots: tuple[tuple[int, int], ...]  # (kind, source) per non-constexpr parameter
+    param_sources: tuple[tuple[int, int], ...]  # (kind, source) per non-constexpr parameter
     grid: tuple[tuple[int, int], ...]  # (is_operand, value) per grid dimension
 
 
@@ -185,7 +185,7 @@ class RegisteredVariant:
 
 
 class LaunchSite:
-    """The runtime object of one CUDA launch site: capture's record (plain data), its LaunchPlan (how launches
+    """The runtime object of one CUDA launch site: capture's record (plain data), its VariantTable (how launches
     are keyed, and every variant handed over) and its TritonLaunch, which compiled code calls. The site is the
     TritonLaunch's fallback: a launch with no native variant comes here, runs through Triton's launcher and
     registers the variant Triton compiled (`register`). The disk cache hands stored variants to `add_variant`."""
@@ -196,9 +196,9 @@ class LaunchSite:
         from trident.runtime import load_runtime
 
         self.record = record
-        self.plan = LaunchPlan(record, kernel_side_table.get_kernel(record.kernel_idx))
-        self.native = load_runtime().TritonLaunch(record.kernel_name, self, self.plan.key_spec)
-        reason = unverified_triton() or self.plan.unsupported or cuda_ready()
+        self.variant_table = VariantTable(record, kernel_side_table.get_kernel(record.kernel_idx))
+        self.native = load_runtime().TritonLaunch(record.kernel_name, self, self.variant_table.key_spec)
+        reason = unverified_triton() or self.variant_table.unsupported or cuda_ready()
         if reason is not None:
             self.native.disable(reason)
 
@@ -211,13 +211,13 @@ class LaunchSite:
             self.register(launched.compiled, launched.kwargs, operands)
 
     def add_variant(self, function: int, arguments: VariantArguments, compiled: Any = None) -> None:
-        """Hand one compiled variant to the TritonLaunch, and remember it on the plan."""
+        """Hand one compiled variant to the TritonLaunch, and remember it in the variant table."""
         from trident.runtime import load_runtime
 
         a = arguments
         load_runtime().watch_launch_hooks(*_hook_lists())  # the chains now installed (Triton may have replaced them)
-        self.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.slots, a.grid)
-        self.plan.variants.append(RegisteredVariant(arguments, compiled))
+        self.native.add_variant(a.key, function, a.block_threads, a.shared, a.device, a.param_sources, a.grid)
+        self.variant_table.variants.append(RegisteredVariant(arguments, compiled))
 
     def register(self, compiled: Any, kwargs: Mapping[str, Any], operands: Sequence[object]) -> None:
         """After Triton launched the kernel for `operands`, let later launches with the same specialization key
@@ -239,18 +239,18 @@ class LaunchSite:
             return
         args, grid_index = launch_arguments(launch, kernel, kwargs)
         defaults = {p.name: p.default for p in jit.params if p.has_default}
-        slots = _param_slots(compiled.src.signature, args, defaults, launch.operand_kinds)
-        if isinstance(slots, str):
-            native.disable(slots)
+        sources = _param_sources(compiled.src.signature, args, defaults, launch.operand_kinds)
+        if isinstance(sources, str):
+            native.disable(sources)
             return
-        values = [_operand_key_value(operands[i]) for i, _ in self.plan.key_spec]
+        values = [_operand_key_value(operands[i]) for i, _ in self.variant_table.key_spec]
         key = native.key(values)
         device = torch.cuda.current_device()
         binder = jit.device_caches[device][4]
         concrete = {name: (operands[v.index] if isinstance(v, Operand) else v) for name, v in args.items()}
         _, specialization, _ = binder(**concrete)
         param_index = {p.name: i for i, p in enumerate(jit.params)}
-        expected = _expected_key(self.plan, specialization, param_index, values)
+        expected = _expected_key(self.variant_table, specialization, param_index, values)
         if key != expected:
             native.disable(f"internal: native specialization key {key} differs from Triton's {expected}")
             log.warning("trident: launches of '%s' stay on Triton's launcher: %s", launch.kernel_name,
@@ -259,9 +259,9 @@ class LaunchSite:
         grid = [(1, d.index) if isinstance(d, Operand) else (0, int(d)) for d in launch.grid[grid_index]]
         grid += [(0, 1)] * (3 - len(grid))
         arguments = VariantArguments(
-            tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(slots), tuple(grid)
+            tuple(key), 32 * compiled.metadata.num_warps, compiled.metadata.shared, device, tuple(sources), tuple(grid)
         )
-        self.add_variant(compiled.function, arguments, compiled)  # the plan keeps `compiled` (its CUDA module)
+        self.add_variant(compiled.function, arguments, compiled)  # the table keeps `compiled` (its CUDA module)
 
 
 def _operand_key_value(operand: object) -> int:
@@ -270,11 +270,11 @@ def _operand_key_value(operand: object) -> int:
     return int(operand)  # type: ignore[call-overload]
 
 
-def _expected_key(plan: LaunchPlan, specialization: Sequence[tuple[str, Any]], param_index: Mapping[str, int],
+def _expected_key(table: VariantTable, specialization: Sequence[tuple[str, Any]], param_index: Mapping[str, int],
                   values: Sequence[int]) -> tuple[int, ...]:
     """The native key Triton's own specialization of the call implies (see csrc key_of)."""
     key = []
-    for (operand, kind), param, value in zip(plan.key_spec, plan.key_params, values):
+    for (operand, kind), param, value in zip(table.key_spec, table.key_params, values):
         if kind == KEY_VALUE or param is None:
             key.append(value)
             continue
@@ -298,10 +298,10 @@ def _float_bits(value: float, fmt: str) -> int:
     return _int_bits(int.from_bytes(struct.pack("<" + fmt, value), "little"))
 
 
-def _param_slots(signature: Mapping[str, str], args: Mapping[str, Any], defaults: Mapping[str, Any],
-                 operand_kinds: Sequence[str]) -> list[tuple[int, int]] | str:
+def _param_sources(signature: Mapping[str, str], args: Mapping[str, Any], defaults: Mapping[str, Any],
+                   operand_kinds: Sequence[str]) -> list[tuple[int, int]] | str:
     """(kind, source) per non-constexpr kernel parameter, in order; or why this kernel cannot launch natively."""
-    slots = []
+    sources = []
     for name, type_name in signature.items():
         if type_name == "constexpr":
             continue
@@ -310,20 +310,20 @@ def _param_slots(signature: Mapping[str, str], args: Mapping[str, Any], defaults
         if type_name.startswith("*"):
             if operand is None or operand_kinds[operand] != "tensor":
                 return f"pointer parameter '{name}' is not a tensor operand"
-            slots.append((PARAM_POINTER, operand))
+            sources.append((PARAM_POINTER, operand))
         elif type_name in _INT_TYPES:
             if operand is not None:
-                slots.append((PARAM_INT, operand))
+                sources.append((PARAM_INT, operand))
             else:
-                slots.append((PARAM_LITERAL, _int_bits(int(value))))
+                sources.append((PARAM_LITERAL, _int_bits(int(value))))
         elif type_name in ("fp32", "f32", "fp64"):
             if operand is not None:
-                slots.append((PARAM_FP32 if type_name != "fp64" else PARAM_FP64, operand))
+                sources.append((PARAM_FP32 if type_name != "fp64" else PARAM_FP64, operand))
             else:
-                slots.append((PARAM_LITERAL, _float_bits(float(value), "f" if type_name != "fp64" else "d")))
+                sources.append((PARAM_LITERAL, _float_bits(float(value), "f" if type_name != "fp64" else "d")))
         else:
             return f"parameter '{name}' of type {type_name}"
-    return slots
+    return sources
 
 
 def _unsupported_metadata(compiled: Any) -> str | None:

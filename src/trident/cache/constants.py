@@ -1,11 +1,11 @@
-"""The persisted form of an artifact's context slots (record.ConstantRecipe), and back.
+"""The persisted form of an artifact's context constants (record.ConstantRecipe), and back.
 
-Persisting (constant_recipes): each slot of a compiled specialization's artifact gets a recipe saying how
+Persisting (constant_recipes): each constant of a compiled specialization's artifact gets a recipe saying how
 another process finds or makes it: a tensor constant by its provenance path from the function's roots, a view
 of an earlier constant by its layout, a small created tensor by value, an identity-guarded argument by its
 path, an object a module-state guard reads by its path, a scalar by value, a buffer pool by its site count, a
-Triton launch site by its LaunchRecipe (launch_sites.py). Loading (resolve_slots) turns the recipes back into
-slots in this process; runtime/specialization.instantiate makes the runtime objects from them. The module-state
+Triton launch site by its LaunchRecipe (launch_sites.py). Loading (resolve_constants) turns the recipes back into
+constants in this process; runtime/specialization.instantiate makes the runtime objects from them. The module-state
 guards' owners and compared objects are persisted by path the same way (persisted_attributes, bind_attributes).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..artifact import BufferPoolSlot, LaunchSiteSlot, ResultBuilderSlot
+from ..artifact import BufferPoolConstant, LaunchSiteConstant, ResultBuilderConstant
 from .. import abi
 from ..capture.guards import ABSENT, AttributeGuard, GuardSet, SequenceGuard, leaf_value
 from ..capture.inputs import CallFacts, LeafKind, LeafPath, SequenceFact
@@ -33,36 +33,36 @@ class Rejected(Exception):
     """A record that does not fit this process or call (not corrupt: kept for other processes)."""
 
 
-def resolve_slots(
-    recipes: Sequence[ConstantRecipe], slots: list[object], walk: StateWalk, values: Sequence[object],
+def resolve_constants(
+    recipes: Sequence[ConstantRecipe], constants: list[object], walk: StateWalk, values: Sequence[object],
 ) -> list[object]:
-    """`slots` (those resolved so far) followed by the artifact slot of each of `recipes` in this process: the
-    object itself, or what instantiate makes the runtime object from (a BufferPoolSlot, a LaunchSiteSlot)."""
-    slots = list(slots)
+    """`constants` (those resolved so far) followed by the artifact constant of each of `recipes` in this process: the
+    object itself, or what instantiate makes the runtime object from (a BufferPoolConstant, a LaunchSiteConstant)."""
+    constants = list(constants)
     for recipe in recipes:
-        i = len(slots)
+        i = len(constants)
         if recipe.kind == "tensor":
             tensor = walk.tensors.get(recipe.path)
             if tensor is None:
                 raise Rejected(f"constant #{i} is not at {format_path(recipe.path)} in this process")
-            slots.append(tensor)
+            constants.append(tensor)
         elif recipe.kind == "object":
-            slots.append(_object_at(walk, recipe.path))
+            constants.append(_object_at(walk, recipe.path))
         elif recipe.kind == "view":
             base, sizes, strides, offset = recipe.path
-            slots.append(slots[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
+            constants.append(constants[base].as_strided(sizes, strides, offset))  # type: ignore[attr-defined]
         elif recipe.kind == "created":
-            slots.append(recipe.created_tensor())
+            constants.append(recipe.created_tensor())
         elif recipe.kind == "argument":
             param, items = recipe.path
-            slots.append(leaf_value(LeafPath(param, items, ""), values, []))
+            constants.append(leaf_value(LeafPath(param, items, ""), values, []))
         elif recipe.kind == "argument_class":
-            slots.append(_class_at(recipe.path, str(recipe.value), values))
+            constants.append(_class_at(recipe.path, str(recipe.value), values))
         elif recipe.kind == "value":
-            slots.append(recipe.value)
+            constants.append(recipe.value)
         elif recipe.kind == "triton_launch":
             try:
-                slots.append(LaunchSiteSlot(launch_sites.rebuild(recipe.value)))  # type: ignore[arg-type]
+                constants.append(LaunchSiteConstant(launch_sites.rebuild(recipe.value)))  # type: ignore[arg-type]
             except launch_sites.LaunchSiteMismatch as e:
                 raise Rejected(str(e)) from e
         elif recipe.kind == "result_builder":
@@ -70,12 +70,12 @@ def resolve_slots(
             cls = None if module is None else class_named(module, qualname)
             if module is not None and cls is None:
                 raise Rejected(f"the result's class {module}.{qualname} is not defined in this process")
-            slots.append(ResultBuilderSlot(cls, names, nested, fresh))
+            constants.append(ResultBuilderConstant(cls, names, nested, fresh))
         elif recipe.kind == "buffer_pool":  # empty, with this process's limit
-            slots.append(BufferPoolSlot(recipe.value))  # type: ignore[arg-type]
+            constants.append(BufferPoolConstant(recipe.value))  # type: ignore[arg-type]
         else:
             raise CorruptRecord(f"unknown constant recipe {recipe.kind!r}")
-    return slots
+    return constants
 
 
 def bind_call_objects(record: Record, values: Sequence[object]) -> tuple[GuardSet, CallFacts]:
@@ -155,17 +155,17 @@ def bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
 
 
 def constant_recipes(
-    guards: GuardSet, trace: Trace, slots: Sequence[object], live: Sequence[object], walk: StateWalk
+    guards: GuardSet, trace: Trace, constants: Sequence[object], live: Sequence[object], walk: StateWalk
 ) -> tuple[list[ConstantRecipe], str | None]:
-    """How a new process gets each artifact slot (record.ConstantRecipe), or why one cannot be persisted. `live`
-    holds the objects instantiated from the slots (a launch site's variants are on its live object)."""
+    """How a new process gets each artifact constant (record.ConstantRecipe), or why one cannot be persisted. `live`
+    holds the objects instantiated from the constants (a launch site's variants are on its live object)."""
     identity_paths = {
         id(guards.identity_objects[ig.constant_index]): (ig.path.param, ig.path.items) for ig in guards.identities
     }
     class_paths = {id(sg.fact.cls): (sg.fact.path.param, sg.fact.path.items) for sg in reversed(guards.sequences)
                    if sg.fact.cls is not None}  # reversed: the first object of each class wins
     recipes: list[ConstantRecipe] = []
-    for i, obj in enumerate(slots):  # a pool or a launch site as the lowering described it
+    for i, obj in enumerate(constants):  # a pool or a launch site as the lowering described it
         if i < len(trace.constants):
             assert isinstance(obj, torch.Tensor)
             path = walk.tensor_paths.get(id(obj))
@@ -207,8 +207,8 @@ def _object_recipe(
     object_paths: dict[int, tuple[object, ...]],
     class_paths: dict[int, tuple[object, ...]],
 ) -> tuple[ConstantRecipe | None, str | None]:
-    """The recipe of an artifact slot other than the trace's tensors (one branch per kind of object the lowering
-    adds to the context), or why it has none. `live` is the object instantiated from the slot."""
+    """The recipe of an artifact constant other than the trace's tensors (one branch per kind of object the lowering
+    adds to the context), or why it has none. `live` is the object instantiated from the constant."""
     if id(obj) in identity_paths:
         return ConstantRecipe("argument", identity_paths[id(obj)]), None
     if id(obj) in class_paths:  # the class a state-object guard compares with
@@ -219,16 +219,16 @@ def _object_recipe(
         return ConstantRecipe("value", value=obj), None
     if type(obj) is tuple and all(type(key) is str for key in obj):  # an iterated container's keys (guards)
         return ConstantRecipe("value", value=obj), None
-    if isinstance(obj, ResultBuilderSlot):  # a model output, named tuple or dict the entry builds: by class name
+    if isinstance(obj, ResultBuilderConstant):  # a model output, named tuple or dict the entry builds: by class name
         if obj.cls is None:
             return ConstantRecipe("result_builder", value=(None, None, obj.names, obj.nested, False)), None
         module, qualname = obj.cls.__module__, obj.cls.__qualname__
         if class_named(module, qualname) is not obj.cls:
             return None, f"its result is a {module}.{qualname}, a class another process cannot find by that name"
         return ConstantRecipe("result_builder", value=(module, qualname, obj.names, obj.nested, obj.fresh)), None
-    if isinstance(obj, BufferPoolSlot):  # a new process starts with empty pools, of its own limit
+    if isinstance(obj, BufferPoolConstant):  # a new process starts with empty pools, of its own limit
         return ConstantRecipe("buffer_pool", value=obj.sites), None
-    if isinstance(obj, LaunchSiteSlot):
+    if isinstance(obj, LaunchSiteConstant):
         launch, reason = launch_sites.recipe_of(obj.launch, live)
         return (None, reason) if launch is None else (ConstantRecipe("triton_launch", value=launch), None)
     if isinstance(obj, type) and (is_library_module(obj.__module__) or
