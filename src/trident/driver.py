@@ -17,7 +17,6 @@ import functools
 import inspect
 import logging
 import re
-import struct
 import threading
 import time
 import warnings
@@ -43,6 +42,7 @@ from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
 from .capture.int64_ranges import int64_overflow
+from .native_numbers import fits_int64, float_bits
 from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
@@ -312,7 +312,7 @@ class JitFunction:
                     "sparse or meta tensors), so calls with it run eagerly"
                 )
         for leaf in facts.leaves:
-            if leaf.kind is LeafKind.INT and not -(2**63) <= leaf.value < 2**63:  # type: ignore[operator]
+            if leaf.kind is LeafKind.INT and not fits_int64(leaf.value):  # type: ignore[arg-type]
                 return (
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
@@ -560,7 +560,8 @@ class JitFunction:
                         offsets.add(key)
                 elif new.kind is LeafKind.INT and old.value != new.value:
                     ints.add(key)
-                elif new.kind is LeafKind.FLOAT and _float_bits(old.value) != _float_bits(new.value):
+                elif new.kind is LeafKind.FLOAT and float_bits(old.value) != float_bits(new.value):  # type: ignore
+                    # bitwise, as float guards compare: 0.0 and -0.0 differ, a NaN equals itself
                     floats.add(key)
             return Dynamism(*(frozenset(x) for x in (sizes, ints, floats, strides, offsets)))
         return Dynamism()
@@ -621,10 +622,6 @@ def _same_structure(a: CallFacts, b: CallFacts) -> bool:
             if (x.tensor.dtype, x.tensor.device, len(x.tensor.sizes)) != (y.tensor.dtype, y.tensor.device, len(y.tensor.sizes)):
                 return False
     return True
-
-
-def _float_bits(value: object) -> bytes:
-    return struct.pack("<d", value)  # bitwise, as float guards compare: 0.0 and -0.0 differ, a NaN equals itself
 
 
 def _layout_changes(

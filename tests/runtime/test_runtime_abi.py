@@ -29,11 +29,10 @@ def lib() -> ctypes.PyDLL:
 def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) -> None:
     """Python names each TRIDENT_DTYPE_<NAME> torch.<name> (tensor_access.cpp checks the codes against c10 when it
     builds): a tensor of every such dtype reads natively as that code, and the code guards compare it with."""
-    from trident.capture.guards import _DTYPE_CODES, dtype_code
-    from trident.lowering.lower_guards import device_type_code
+    from trident.torch_codes import DTYPE_CODES, device_type_code, dtype_code
 
-    assert len(_DTYPE_CODES) >= 20 and torch.float8_e4m3fn in _DTYPE_CODES
-    for dtype, code in _DTYPE_CODES.items():
+    assert len(DTYPE_CODES) >= 20 and torch.float8_e4m3fn in DTYPE_CODES
+    for dtype, code in DTYPE_CODES.items():
         meta = (ctypes.c_int64 * runtime_abi.META_FIELDS)()  # the fields as generated code indexes them
         assert lib.trident_read_tensor(torch.empty(2, dtype=dtype), meta) == 1, dtype
         assert meta[runtime_abi.META_DTYPE] == code == dtype_code(dtype), dtype

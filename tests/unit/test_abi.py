@@ -54,6 +54,7 @@ def test_python_does_not_retype_the_codes() -> None:
         "capture/inputs.py": r"SEQ_TUPLE\s*,\s*SEQ_LIST\s*=|TYPE_TENSOR\s*,\s*TYPE_PARAMETER\s*=",
         "capture/guards.py": r"torch\.float32:\s*6|<< 8\b|== 1 else \"list\"",
         "lowering/lower_guards.py": r"\"cuda\":\s*1",
+        "torch_codes.py": r"torch\.float32:\s*6|\"cuda\":\s*1",
         "lowering/runtime_abi.py": r"^(TAG|FLAG|EXC)_\w+\s*=\s*\d",
         "runtime/triton_native.py": r"=\s*range\(5\)",
     }

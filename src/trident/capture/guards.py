@@ -18,11 +18,12 @@ import sympy
 import torch
 
 from .. import abi
-from .constant_views import byte_distance
-from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, leaf_value
-from .native_numbers import (
+from ..native_numbers import (
     INT64_MAX, INT64_MIN, LeavesInt64, check_relation, float_bits, has_float, python_int_value,
 )
+from ..torch_codes import dtype_code, dtype_name
+from .constant_views import byte_distance
+from .inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, TensorFact, classify, leaf_value
 from .specialize import is_float_expr
 from .python_kernels import KernelVersions, Report
 from .trace import Trace
@@ -262,19 +263,6 @@ class GuardSet:
 # Global state
 
 
-# The header's TRIDENT_DTYPE_<NAME> is torch.<name> (the runtime checks the codes against c10::ScalarType).
-_DTYPE_CODES = {getattr(torch, name.lower()): code for name, code in abi.family("DTYPE_").items()}
-_DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
-
-
-def dtype_code(dtype: torch.dtype) -> int:
-    """c10::ScalarType value of a dtype, as the runtime reports it."""
-    code = _DTYPE_CODES.get(dtype)
-    if code is None:  # a guard or a global state Trident cannot state: not a silent wrong code
-        raise NotImplementedError(f"trident: {dtype} has no code in trident_runtime.h (TRIDENT_DTYPE_*)")
-    return code
-
-
 # ATen's TorchFunctionDisabledState, set by torch._C.DisableTorchFunctionSubclass / DisableTorchFunction.
 _TORCH_FUNCTION_STATES = {
     abi.TORCH_FUNCTION_ENABLED: "torch functions on",
@@ -345,14 +333,10 @@ def describe_function_modes(modes: Sequence[object]) -> str:
     )
 
 
-def _dtype_name(code: int) -> str:
-    return str(_DTYPE_OF_CODE.get(code, f"dtype#{code}")).removeprefix("torch.")
-
-
 def _describe_autocast(state: int) -> str:
     shifts = (("cpu", abi.STATE_AUTOCAST_CPU_SHIFT), ("cuda", abi.STATE_AUTOCAST_CUDA_SHIFT))
     codes = [(device, (state >> shift) & abi.STATE_DTYPE_MASK) for device, shift in shifts]
-    casts = [f"{device} {_dtype_name(code - 1)}" for device, code in codes if code]
+    casts = [f"{device} {dtype_name(code - 1)}" for device, code in codes if code]
     if casts:
         return "on (" + ", ".join(casts) + ")"
     return "on" if state & abi.STATE_AUTOCAST_ENABLED else "off"
@@ -365,7 +349,7 @@ def describe_global_state(state: int) -> str:
         f"grad {'on' if state & abi.STATE_GRAD_ENABLED else 'off'}, autocast {_describe_autocast(state)}, "
         f"inference mode {'on' if state & abi.STATE_INFERENCE_MODE else 'off'}, "
         + (f"{_TORCH_FUNCTION_STATES[torch_functions]}, " if torch_functions != abi.TORCH_FUNCTION_ENABLED else "")
-        + f"default dtype {_dtype_name(default_dtype)}"
+        + f"default dtype {dtype_name(default_dtype)}"
     )
 
 

@@ -27,7 +27,7 @@ from .. import exc
 from .guards import (
     GuardSet, Int64RangeGuard, RelationGuard, _property, first_failure, leaf_value, native_int64_failure,
 )
-from .native_numbers import INT64_MAX
+from ..native_numbers import INT64_MAX
 from .specialize import lowers_as_int
 from .trace import Trace
 

@@ -31,6 +31,7 @@ import torch.utils.hooks
 from torch import nn
 
 from .guards import AttributeGuard
+from ..native_numbers import fits_int64
 from .inputs import LeafKind, classify
 
 # nn.Module's own bookkeeping (hook dicts, _parameters, ...): read on every module call, not program state.
@@ -85,7 +86,7 @@ class ModuleReads:
                 out.append(AttributeGuard(where or "<module>", read.owner, "", True, LeafKind.NONE, None, read.keys))
                 continue
             kind = classify(read.value)
-            beyond_int64 = kind is LeafKind.INT and not -(2**63) <= read.value < 2**63  # type: ignore[operator]
+            beyond_int64 = kind is LeafKind.INT and not fits_int64(read.value)  # type: ignore[arg-type]
             if kind is LeafKind.TENSOR or beyond_int64:  # compared by identity, as compiled code cannot hold them
                 kind = LeafKind.OBJECT
             out.append(AttributeGuard(label, read.owner, read.name, read.in_dict, kind, read.value))

@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import sympy
 
-from ..abi import family
-from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of, dtype_code
+from ..capture.guards import ABSENT, AttributeGuard, GuardSet, default_device_of
 from ..capture.inputs import LeafKind, LeafPath, state_attribute_names
-from ..capture.native_numbers import float_bits
 from ..ir.mlir_text import F64, I32, I64, PTR, FunctionBuilder, ModuleBuilder
+from ..native_numbers import float_bits
+from ..torch_codes import device_type_code, dtype_code
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .symbolic_ints import SymbolicIntLowering
-
-# c10::DeviceType values by torch.device type name: the header's TRIDENT_DEVICE_TYPE_<NAME> is "<name>".
-_DEVICE_TYPES = {name.lower(): code for name, code in family("DEVICE_TYPE_").items()}
-
-
-def device_type_code(device_type: str) -> int:
-    return _DEVICE_TYPES[device_type]
-
 
 def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
     fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=abi.GUARD_MISS)
