@@ -29,19 +29,19 @@ import torch
 from . import exc
 from .cache import warm_start
 from .capture import module_state, user_state
-from .capture.guard_set import guard_set
-from .capture.guards import GuardSet, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
 from .frames import user_stacklevel
+from .guards.build import guard_set
+from .guards.guard_set import GuardSet, describe_guards, first_failure
+from .guards.int64_ranges import int64_overflow
 from .knobs import CompileOptions, knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
-from .capture.int64_ranges import int64_overflow
 from .native_numbers import fits_int64, float_bits
 from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate

@@ -3,7 +3,7 @@ arithmetic, floats by their bits.
 
 Compiled guards and host programs (lowering/symbolic_ints.py) compute symbolic int expressions node by node in
 int64, every Add and Mul folded left to right with overflow checks, and compare floats bit for bit. The Python
-side of the guards (capture/guards.py's first_failure, capture/int64_ranges.py) asks the same questions through
+side of the guards (trident/guards: first_failure, the int64 range guards) asks the same questions through
 `checked_value` and `python_int_value`, so both sides agree on every call (tests/unit/test_guard_differential.py).
 The bit helpers give a value as the 8-byte slot generated code and the runtime pass it in (MLIR literals, guard
 constants, Triton parameter slots).

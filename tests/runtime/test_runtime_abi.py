@@ -43,9 +43,9 @@ def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) ->
 
 @pytest.mark.parametrize("state", ["default", "no_grad", "inference", "autocast_bf16", "float64", "no_torch_function"])
 def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: str) -> None:
-    """capture.guards.current_global_state (what a specialization is compiled for) and trident_global_state (what
+    """guards.global_state.current_global_state (what a specialization is compiled for) and trident_global_state (what
     its guard reads on each call) pack the same TRIDENT_STATE_* fields."""
-    from trident.capture.guards import current_global_state, describe_global_state
+    from trident.guards.global_state import current_global_state, describe_global_state
 
     contexts = {
         "default": contextlib.nullcontext, "no_grad": torch.no_grad, "inference": torch.inference_mode,

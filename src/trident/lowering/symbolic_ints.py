@@ -52,7 +52,7 @@ class SymbolicIntLowering:
     ) -> None:  # fmt: skip
         self.fb = fb
         self.env = env  # int symbol -> i64 SSA value
-        self.floats = floats or {}  # float symbol (a traced Python float) -> f64 SSA value
+        self.floats = floats if floats is not None else {}  # float symbol (a traced Python float) -> f64 SSA value
         self.fail_unless = fail_unless
         # Lowered subexpressions: sympy does not share them (triton.next_power_of_2 of a size is a tree
         # that repeats each level), so without this the emitted code would grow exponentially.
