@@ -377,8 +377,9 @@ class JitFunction:
         return reason
 
     # -- compiling: the miss pipeline after binding -------------------------------------------------------------
-    # dynamism (_newly_dynamic) -> load (warm_start) or capture (_capture) and build (_build) -> install
-    # (_install) -> publish (_publish). Each step that cannot go on says why in the fallbacks and returns None.
+    # dynamism (_newly_dynamic) -> load (warm_start) or capture (_capture: the trace and its complete guard set)
+    # and build (_build) -> install (_install) -> publish (_publish). Each step that cannot go on says why in the
+    # fallbacks and returns None.
     def _compile(
         self, values: Sequence[object], facts: CallFacts
     ) -> tuple[Specialization | None, warm_start.Session | None]:
@@ -398,11 +399,10 @@ class JitFunction:
         captured = self._capture(values, facts, persisted, options)
         if captured is None:
             return None, None
-        trace, module_reads, reachable = captured
-        built = self._build(values, facts, trace, module_reads, reachable, options)
-        if built is None:
+        trace, guards, reachable = captured
+        compiled = self._build(values, facts, trace, guards, reachable, options)
+        if compiled is None:
             return None, None
-        guards, compiled = built
         spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
                              time.perf_counter() - start)
         with _compile_count_lock:
@@ -416,9 +416,10 @@ class JitFunction:
 
     def _capture(
         self, values: Sequence[object], facts: CallFacts, persisted: warm_start.Session, options: CompileOptions,
-    ) -> tuple[Trace, Any, user_state.UserState] | None:  # fmt: skip
-        """Trace the function on this call: (the trace, the module state it read, a snapshot of the user state it
-        reaches), or None when the call runs eagerly (capture failed, or left traced values in user objects)."""
+    ) -> tuple[Trace, GuardSet, user_state.UserState] | None:  # fmt: skip
+        """Trace the function on this call: (the trace, its complete guard set, a snapshot of the user state it
+        reaches), or None when the call runs eagerly (capture failed, left traced values in user objects, or its
+        guards cannot be stated)."""
         reachable = user_state.snapshot(self.fn, values, self.param_names)
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
@@ -449,41 +450,47 @@ class JitFunction:
                 "torch.inference_mode()"
             )
             return None
-        return trace, module_reads, reachable
-
-    def _build(
-        self, values: Sequence[object], facts: CallFacts, trace: Trace, module_reads: Any,
-        reachable: user_state.UserState, options: CompileOptions,
-    ) -> tuple[GuardSet, CompiledSpecialization] | None:  # fmt: skip
-        """The guards and the instantiated native code of a trace, or None when compiling failed (the call and
-        its structure then run eagerly, see below)."""
-        index = len(self.specializations)
         try:
             guards = guard_set(self.fn, self.param_names, values, facts, trace, module_reads)
+        except (exc.UnsupportedArgument, exc.LoweringError) as e:  # e.g. an int this call computes leaves int64
+            self._compile_failed(facts, reachable, e)
+            return None
+        return trace, guards, reachable
+
+    def _build(
+        self, values: Sequence[object], facts: CallFacts, trace: Trace, guards: GuardSet,
+        reachable: user_state.UserState, options: CompileOptions,
+    ) -> CompiledSpecialization | None:  # fmt: skip
+        """The instantiated native code of a trace and its guards, or None when compiling failed (the call and its
+        structure then run eagerly, _compile_failed)."""
+        index = len(self.specializations)
+        try:
             artifact = compile_specialization(self.name, index, trace, facts, guards, self.runtime_library, options)
             try:
-                return guards, instantiate(artifact)
+                return instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register
                 raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
-            # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
-            # file the message names) or an argument it cannot pass natively never reaches a user whose program
-            # eager runs. Remembered for this guard set; a second failure with the same structure (the same
-            # objects, tensors of the same dtype, device and rank) decides every call of that structure: another
-            # size or int value fails the same way (a decode loop would pay a capture per step). Other dtypes or
-            # objects still get their own attempt.
-            reachable.restore()  # the eager run makes the capture's Python side effects once
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-            details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
-            what = details or type(e).__name__
-            reason = self._remember_eager(
-                facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
-            )
-            structure = _objects_key(facts)
-            if structure in self._failed_once:
-                self._uncompilable[structure] = reason
-            self._failed_once.add(structure)
+            self._compile_failed(facts, reachable, e)
             return None
+
+    def _compile_failed(self, facts: CallFacts, reachable: user_state.UserState, e: exc.TridentError) -> None:
+        """Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a file
+        the message names) or an argument it cannot pass natively never reaches a user whose program eager runs.
+        Remembered for this guard set; a second failure with the same structure (the same objects, tensors of the
+        same dtype, device and rank) decides every call of that structure: another size or int value fails the
+        same way (a decode loop would pay a capture per step). Other dtypes or objects still get their own attempt."""
+        reachable.restore()  # the eager run makes the capture's Python side effects once
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
+        what = details or type(e).__name__
+        reason = self._remember_eager(
+            facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
+        )
+        structure = _objects_key(facts)
+        if structure in self._failed_once:
+            self._uncompilable[structure] = reason
+        self._failed_once.add(structure)
 
     @staticmethod
     def _publish(spec: Specialization, persisted: warm_start.Session) -> warm_start.Session | None:
