@@ -5,10 +5,14 @@ from . import cache, exc, testing
 from ._version import __version__
 from .api import explain, jit
 from .capture import python_kernels as _python_kernels
+from .capture import trace as _trace  # noqa: F401 -- loaded before the watch below begins
 from .capture.python_kernels import keep_opaque
 from .knobs import knobs
 
-_python_kernels.watch()  # from import on, Python kernels registered for operators are known to capture
+# From import on, Python kernels registered for operators are known to capture. The torch modules a capture uses
+# (capture/trace.py: torch._dynamo, make_fx) are loaded first: the kernels torch registers for its own operators
+# as they load (functional collectives, streams, fsdp) are torch's implementation, not kernels to trace into.
+_python_kernels.watch()
 
 
 def export(fn: object, path: str) -> list[object]:

@@ -17,7 +17,6 @@ import functools
 import inspect
 import logging
 import re
-import struct
 import threading
 import time
 import warnings
@@ -30,19 +29,20 @@ import torch
 from . import exc
 from .cache import warm_start
 from .capture import module_state, user_state
-from .capture.guard_set import guard_set
-from .capture.guards import GuardSet, describe_guards, first_failure
 from .capture.inputs import CallFacts, LeafKind
 from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_function
 from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
 from .frames import user_stacklevel
+from .guards.build import guard_set
+from .guards.guard_set import GuardSet, describe_guards, first_failure
+from .guards.int64_ranges import int64_overflow
 from .knobs import CompileOptions, knobs, log_enabled
 from .lowering.aliasing import PRIVATE_VIEW
 from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
-from .capture.int64_ranges import int64_overflow
+from .native_numbers import fits_int64, float_bits
 from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
@@ -312,7 +312,7 @@ class JitFunction:
                     "sparse or meta tensors), so calls with it run eagerly"
                 )
         for leaf in facts.leaves:
-            if leaf.kind is LeafKind.INT and not -(2**63) <= leaf.value < 2**63:  # type: ignore[operator]
+            if leaf.kind is LeafKind.INT and not fits_int64(leaf.value):  # type: ignore[arg-type]
                 return (
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
@@ -377,8 +377,9 @@ class JitFunction:
         return reason
 
     # -- compiling: the miss pipeline after binding -------------------------------------------------------------
-    # dynamism (_newly_dynamic) -> load (warm_start) or capture (_capture) and build (_build) -> install
-    # (_install) -> publish (_publish). Each step that cannot go on says why in the fallbacks and returns None.
+    # dynamism (_newly_dynamic) -> load (warm_start) or capture (_capture: the trace and its complete guard set)
+    # and build (_build) -> install (_install) -> publish (_publish). Each step that cannot go on says why in the
+    # fallbacks and returns None.
     def _compile(
         self, values: Sequence[object], facts: CallFacts
     ) -> tuple[Specialization | None, warm_start.Session | None]:
@@ -398,11 +399,10 @@ class JitFunction:
         captured = self._capture(values, facts, persisted, options)
         if captured is None:
             return None, None
-        trace, module_reads, reachable = captured
-        built = self._build(values, facts, trace, module_reads, reachable, options)
-        if built is None:
+        trace, guards, reachable = captured
+        compiled = self._build(values, facts, trace, guards, reachable, options)
+        if compiled is None:
             return None, None
-        guards, compiled = built
         spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
                              time.perf_counter() - start)
         with _compile_count_lock:
@@ -416,9 +416,10 @@ class JitFunction:
 
     def _capture(
         self, values: Sequence[object], facts: CallFacts, persisted: warm_start.Session, options: CompileOptions,
-    ) -> tuple[Trace, Any, user_state.UserState] | None:  # fmt: skip
-        """Trace the function on this call: (the trace, the module state it read, a snapshot of the user state it
-        reaches), or None when the call runs eagerly (capture failed, or left traced values in user objects)."""
+    ) -> tuple[Trace, GuardSet, user_state.UserState] | None:  # fmt: skip
+        """Trace the function on this call: (the trace, its complete guard set, a snapshot of the user state it
+        reaches), or None when the call runs eagerly (capture failed, left traced values in user objects, or its
+        guards cannot be stated)."""
         reachable = user_state.snapshot(self.fn, values, self.param_names)
         try:
             with persisted.recording_code(), module_state.recording() as module_reads:
@@ -449,41 +450,47 @@ class JitFunction:
                 "torch.inference_mode()"
             )
             return None
-        return trace, module_reads, reachable
-
-    def _build(
-        self, values: Sequence[object], facts: CallFacts, trace: Trace, module_reads: Any,
-        reachable: user_state.UserState, options: CompileOptions,
-    ) -> tuple[GuardSet, CompiledSpecialization] | None:  # fmt: skip
-        """The guards and the instantiated native code of a trace, or None when compiling failed (the call and
-        its structure then run eagerly, see below)."""
-        index = len(self.specializations)
         try:
             guards = guard_set(self.fn, self.param_names, values, facts, trace, module_reads)
+        except (exc.UnsupportedArgument, exc.LoweringError) as e:  # e.g. an int this call computes leaves int64
+            self._compile_failed(facts, reachable, e)
+            return None
+        return trace, guards, reachable
+
+    def _build(
+        self, values: Sequence[object], facts: CallFacts, trace: Trace, guards: GuardSet,
+        reachable: user_state.UserState, options: CompileOptions,
+    ) -> CompiledSpecialization | None:  # fmt: skip
+        """The instantiated native code of a trace and its guards, or None when compiling failed (the call and its
+        structure then run eagerly, _compile_failed)."""
+        index = len(self.specializations)
+        try:
             artifact = compile_specialization(self.name, index, trace, facts, guards, self.runtime_library, options)
             try:
-                return guards, instantiate(artifact)
+                return instantiate(artifact)
             except ValueError as e:  # an operator this libtorch does not register
                 raise exc.LoweringError(f"cannot resolve the operators of '{self.name}': {e}") from e
         except (exc.UnsupportedArgument, exc.LoweringError) as e:
-            # Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a
-            # file the message names) or an argument it cannot pass natively never reaches a user whose program
-            # eager runs. Remembered for this guard set; a second failure with the same structure (the same
-            # objects, tensors of the same dtype, device and rank) decides every call of that structure: another
-            # size or int value fails the same way (a decode loop would pay a capture per step). Other dtypes or
-            # objects still get their own attempt.
-            reachable.restore()  # the eager run makes the capture's Python side effects once
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-            details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
-            what = details or type(e).__name__
-            reason = self._remember_eager(
-                facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
-            )
-            structure = _objects_key(facts)
-            if structure in self._failed_once:
-                self._uncompilable[structure] = reason
-            self._failed_once.add(structure)
+            self._compile_failed(facts, reachable, e)
             return None
+
+    def _compile_failed(self, facts: CallFacts, reachable: user_state.UserState, e: exc.TridentError) -> None:
+        """Eager runs what Trident cannot compile: a LoweringError (a Trident gap or bug, its IR written to a file
+        the message names) or an argument it cannot pass natively never reaches a user whose program eager runs.
+        Remembered for this guard set; a second failure with the same structure (the same objects, tensors of the
+        same dtype, device and rank) decides every call of that structure: another size or int value fails the
+        same way (a decode loop would pay a capture per step). Other dtypes or objects still get their own attempt."""
+        reachable.restore()  # the eager run makes the capture's Python side effects once
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        details = "; ".join(line for line in lines if not line.startswith("this is a bug in Trident"))
+        what = details or type(e).__name__
+        reason = self._remember_eager(
+            facts, f"compiling '{self.name}' failed ({what}); calls with these inputs run eagerly"
+        )
+        structure = _objects_key(facts)
+        if structure in self._failed_once:
+            self._uncompilable[structure] = reason
+        self._failed_once.add(structure)
 
     @staticmethod
     def _publish(spec: Specialization, persisted: warm_start.Session) -> warm_start.Session | None:
@@ -560,7 +567,8 @@ class JitFunction:
                         offsets.add(key)
                 elif new.kind is LeafKind.INT and old.value != new.value:
                     ints.add(key)
-                elif new.kind is LeafKind.FLOAT and _float_bits(old.value) != _float_bits(new.value):
+                elif new.kind is LeafKind.FLOAT and float_bits(old.value) != float_bits(new.value):  # type: ignore
+                    # bitwise, as float guards compare: 0.0 and -0.0 differ, a NaN equals itself
                     floats.add(key)
             return Dynamism(*(frozenset(x) for x in (sizes, ints, floats, strides, offsets)))
         return Dynamism()
@@ -621,10 +629,6 @@ def _same_structure(a: CallFacts, b: CallFacts) -> bool:
             if (x.tensor.dtype, x.tensor.device, len(x.tensor.sizes)) != (y.tensor.dtype, y.tensor.device, len(y.tensor.sizes)):
                 return False
     return True
-
-
-def _float_bits(value: object) -> bytes:
-    return struct.pack("<d", value)  # bitwise, as float guards compare: 0.0 and -0.0 differ, a NaN equals itself
 
 
 def _layout_changes(

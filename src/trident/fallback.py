@@ -23,8 +23,8 @@ import dataclasses
 import threading
 from collections.abc import Hashable, Iterator
 
-from .capture.guards import current_function_modes, current_global_state
 from .capture.inputs import CallFacts, LeafKind
+from .guards.global_state import current_function_modes, current_global_state
 from .knobs import knobs
 
 

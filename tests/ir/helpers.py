@@ -4,9 +4,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from trident.capture.guards import GuardSet, build_guards
 from trident.capture.inputs import CallFacts, describe_call
+from trident.capture.module_state import ModuleReads
 from trident.capture.trace import Dynamism, Trace, trace_function
+from trident.guards.build import guard_set
+from trident.guards.guard_set import GuardSet
 from trident.lowering.symbolic_ints import SCALAR_LOWERING
 
 
@@ -14,7 +16,7 @@ def capture(fn: Callable[..., object], *args: object, dynamism: Dynamism = Dynam
     names = list(inspect.signature(fn).parameters)
     facts = describe_call(names, list(args))
     trace = trace_function(fn, len(names), names, list(args), facts, dynamism, SCALAR_LOWERING)
-    return facts, trace, build_guards(facts, trace)
+    return facts, trace, guard_set(fn, names, list(args), facts, trace, ModuleReads())
 
 
 def constant(name: str, value: int, type_: str = "i64") -> str:

@@ -29,11 +29,10 @@ def lib() -> ctypes.PyDLL:
 def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) -> None:
     """Python names each TRIDENT_DTYPE_<NAME> torch.<name> (tensor_access.cpp checks the codes against c10 when it
     builds): a tensor of every such dtype reads natively as that code, and the code guards compare it with."""
-    from trident.capture.guards import _DTYPE_CODES, dtype_code
-    from trident.lowering.lower_guards import device_type_code
+    from trident.torch_codes import DTYPE_CODES, device_type_code, dtype_code
 
-    assert len(_DTYPE_CODES) >= 20 and torch.float8_e4m3fn in _DTYPE_CODES
-    for dtype, code in _DTYPE_CODES.items():
+    assert len(DTYPE_CODES) >= 20 and torch.float8_e4m3fn in DTYPE_CODES
+    for dtype, code in DTYPE_CODES.items():
         meta = (ctypes.c_int64 * runtime_abi.META_FIELDS)()  # the fields as generated code indexes them
         assert lib.trident_read_tensor(torch.empty(2, dtype=dtype), meta) == 1, dtype
         assert meta[runtime_abi.META_DTYPE] == code == dtype_code(dtype), dtype
@@ -44,9 +43,9 @@ def test_dtype_and_device_codes_are_what_the_runtime_reads(lib: ctypes.PyDLL) ->
 
 @pytest.mark.parametrize("state", ["default", "no_grad", "inference", "autocast_bf16", "float64", "no_torch_function"])
 def test_python_packs_the_global_state_as_the_runtime(lib: ctypes.PyDLL, state: str) -> None:
-    """capture.guards.current_global_state (what a specialization is compiled for) and trident_global_state (what
+    """guards.global_state.current_global_state (what a specialization is compiled for) and trident_global_state (what
     its guard reads on each call) pack the same TRIDENT_STATE_* fields."""
-    from trident.capture.guards import current_global_state, describe_global_state
+    from trident.guards.global_state import current_global_state, describe_global_state
 
     contexts = {
         "default": contextlib.nullcontext, "no_grad": torch.no_grad, "inference": torch.inference_mode,

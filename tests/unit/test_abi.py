@@ -52,8 +52,9 @@ def test_python_does_not_retype_the_codes() -> None:
     """The modules that used to carry copies of the codes name them from trident.abi instead."""
     retyped = {
         "capture/inputs.py": r"SEQ_TUPLE\s*,\s*SEQ_LIST\s*=|TYPE_TENSOR\s*,\s*TYPE_PARAMETER\s*=",
-        "capture/guards.py": r"torch\.float32:\s*6|<< 8\b|== 1 else \"list\"",
-        "lowering/lower_guards.py": r"\"cuda\":\s*1",
+        "guards/global_state.py": r"<< 8\b",
+        "guards/values.py": r"== 1 else \"list\"",
+        "torch_codes.py": r"torch\.float32:\s*6|\"cuda\":\s*1",
         "lowering/runtime_abi.py": r"^(TAG|FLAG|EXC)_\w+\s*=\s*\d",
         "runtime/triton_native.py": r"=\s*range\(5\)",
     }

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from trident import exc
-from trident.capture.guards import first_failure, group_alike
 from trident.capture.inputs import LeafKind, describe_call
+from trident.capture.module_state import ModuleReads
 from trident.capture.trace import Dynamism, trace_function
+from trident.guards.build import guard_set
+from trident.guards.guard_set import first_failure, group_alike
 from trident.lowering.symbolic_ints import SCALAR_LOWERING
 
 
@@ -72,12 +74,10 @@ def test_constants_are_lifted_to_placeholders() -> None:
 
 
 def test_first_failure_messages() -> None:
-    from trident.capture.guards import build_guards
-
     fn = lambda x, n: x * n  # noqa: E731
     x = torch.randn(4, 8)
     facts, t = trace(fn, x, 3)
-    guards = build_guards(facts, t)
+    guards = guard_set(fn, ["x", "n"], [x, 3], facts, t, ModuleReads())
     assert first_failure(guards, [x, 3], t.constants) is None
     assert first_failure(guards, [x, 4], t.constants) == "argument 'n': value mismatch: expected 3, got 4"
     assert first_failure(guards, [torch.randn(4, 16)[:, ::2], 3], t.constants) == (
@@ -91,11 +91,10 @@ def test_first_failure_messages() -> None:
 def test_tensor_guard_text_names_every_field_it_checks() -> None:
     """explain's line and the miss reason come from one table: a conj or neg bit, which the guard checks, shows
     in explain (two specializations differing only by it no longer read alike), and a type reads as its name."""
-    from trident.capture.guards import build_guards
-
     x = torch._neg_view(torch.randn(4, 8))
-    facts, t = trace(lambda x: x * 2, x)
-    guards = build_guards(facts, t)
+    fn = lambda x: x * 2  # noqa: E731
+    facts, t = trace(fn, x)
+    guards = guard_set(fn, ["x"], [x], facts, t, ModuleReads())
     assert guards.tensors[0].describe() == "x: Tensor float32 cpu rank 2 neg bit"
     assert first_failure(guards, [torch.randn(4, 8)], t.constants) == (
         "argument 'x': neg bit mismatch: expected True, got False"

@@ -1,10 +1,11 @@
 """Differential test of the two guard evaluators: the native guard and the Python `first_failure`.
 
-A specialization's guards are evaluated twice: natively (lowering/lower_guards.py), which decides every call,
-and in Python (capture/guards.first_failure), which explains a miss and lets warm start reject a record before
-loading its library. Nothing but this test makes them agree: a Python side that accepts what the native side
-rejects makes explain and warm start lie; a native side that accepts what the Python side rejects may run a
-specialization for inputs it was not compiled for (a stale result).
+A specialization's guards are evaluated twice: natively (each kind's `lower` in trident/guards/), which decides
+every call, and in Python (each kind's `check`, through guards.guard_set.first_failure), which explains a miss and
+lets warm start reject a record before loading its library. The two forms of each guard kind sit side by side,
+but nothing but this test makes them agree: a Python side that accepts what the native side rejects makes explain
+and warm start lie; a native side that accepts what the Python side rejects may run a specialization for inputs
+it was not compiled for (a stale result).
 
 Each program below is compiled for a few seed calls (some make sizes, ints and floats symbolic), then every
 specialization is asked about FUZZ_INPUTS fuzzed calls: a seed call with zero to three random changes to its
@@ -41,7 +42,7 @@ from torch import nn
 
 import trident
 from trident.cache.native_library import guard_accepts
-from trident.capture.guards import first_failure
+from trident.guards.guard_set import first_failure
 
 FUZZ_INPUTS = int(os.environ.get("TRIDENT_GUARD_FUZZ_INPUTS", "0") or 0) or 500
 pytestmark = pytest.mark.filterwarnings("ignore:Casting complex values to real")  # a fuzzed dtype change

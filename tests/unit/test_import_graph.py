@@ -3,8 +3,11 @@ runtime, with cache/ (warm start) and driver.py above them.
 
 - No circle among imports, counting those inside functions and under TYPE_CHECKING: any module imports without
   a half-initialised module in its way, and no two modules depend on each other.
-- capture/, ir/ and lowering/ never import runtime/, cache/, the driver or the API, not even inside a function:
-  what they produce is plain data (the artifact) that the runtime instantiates.
+- capture/, ir/, guards/ and lowering/ never import runtime/, cache/, the driver or the API, not even inside a
+  function: what they produce is plain data (the artifact) that the runtime instantiates.
+- capture/ imports neither guards/ nor lowering/: it records facts, which guards/ turns into the guard set. guards/
+  uses only the lowering's building blocks (each kind lowers itself with them); the guard pass and the pipeline
+  import guards/, never the other way round.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "trident"
-LOWER_LAYERS = ("trident.capture", "trident.ir", "trident.lowering")
+LOWER_LAYERS = ("trident.capture", "trident.ir", "trident.guards", "trident.lowering")
 UPPER_LAYERS = ("trident.runtime", "trident.cache", "trident.driver", "trident.api", "trident.module")
 
 
@@ -79,3 +82,26 @@ def test_capture_ir_and_lowering_do_not_import_the_runtime_or_the_cache() -> Non
         if _in(target, UPPER_LAYERS)
     ]
     assert upward == []
+
+
+def test_capture_imports_neither_the_guards_nor_the_lowering() -> None:
+    downward = [
+        f"{name} imports {target}"
+        for name in sorted(MODULES)
+        if _in(name, ("trident.capture",))
+        for target, _ in _imports(name)
+        if _in(target, ("trident.guards", "trident.lowering"))
+    ]
+    assert downward == []
+
+
+def test_guards_use_only_the_lowerings_building_blocks() -> None:
+    blocks = ("trident.lowering.runtime_abi", "trident.lowering.leaf_access", "trident.lowering.symbolic_ints")
+    beyond = [
+        f"{name} imports {target}"
+        for name in sorted(MODULES)
+        if _in(name, ("trident.guards",))
+        for target, _ in _imports(name)
+        if _in(target, ("trident.lowering",)) and target not in blocks
+    ]
+    assert beyond == []

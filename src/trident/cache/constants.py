@@ -19,9 +19,11 @@ import torch
 
 from ..artifact import BufferPoolConstant, LaunchSiteConstant, ResultBuilderConstant
 from .. import abi
-from ..capture.guards import ABSENT, AttributeGuard, GuardSet, SequenceGuard, leaf_value
-from ..capture.inputs import CallFacts, LeafKind, LeafPath, SequenceFact
+from ..capture.inputs import ABSENT, CallFacts, LeafKind, LeafPath, SequenceFact, leaf_value
 from ..capture.trace import Trace
+from ..guards.guard_set import GuardSet
+from ..guards.module_state import AttributeGuard
+from ..guards.values import SequenceGuard
 from . import launch_sites
 from .fingerprint import StateWalk, format_path, is_library_module
 from .record import SCALAR_TYPES, ConstantRecipe, CorruptRecord, ObjectAt, Record
@@ -90,7 +92,7 @@ def bind_call_objects(record: Record, values: Sequence[object]) -> tuple[GuardSe
         for s in record.facts.sequences
     )
     guards = dataclasses.replace(
-        record.guards, identity_objects=identity_objects, sequences=[SequenceGuard(s) for s in sequences]
+        record.guards, identity_objects=tuple(identity_objects), sequences=tuple(map(SequenceGuard, sequences))
     )
     return guards, CallFacts(record.facts.leaves, sequences)
 
@@ -150,7 +152,7 @@ def bind_attributes(guards: GuardSet, walk: StateWalk) -> GuardSet:
     def bind(value: object) -> object:
         return _object_at(walk, value.path) if isinstance(value, ObjectAt) else value
 
-    attributes = [dataclasses.replace(ag, owner=bind(ag.owner), value=bind(ag.value)) for ag in guards.attributes]
+    attributes = tuple(dataclasses.replace(ag, owner=bind(ag.owner), value=bind(ag.value)) for ag in guards.attributes)
     return dataclasses.replace(guards, attributes=attributes)
 
 

@@ -25,13 +25,15 @@ from typing import Any
 import torch
 
 from ..artifact import NoReplayPlan, ReplayPlan
-from ..capture.guards import GuardSet, SequenceGuard
 from ..capture.inputs import CallFacts, LeafKind
 from ..capture.results import OutputTree
+from ..guards.guard_set import GuardSet
+from ..guards.values import SequenceGuard
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-10\n"  # 10: VariantArguments.param_sources (was slots); 9: state objects, StateWrite
+MAGIC = b"TRIDENT-SPEC-11
+"  # 11: VariantArguments.param_sources; 10: guards in trident.guards, GuardSet frozen
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -105,7 +107,7 @@ def strip_live_objects(guards: GuardSet, facts: CallFacts) -> tuple[GuardSet, Ca
     which constants.bind_call_objects takes from the loading call): a record holds facts."""
     sequences = tuple(dataclasses.replace(s, cls=None) for s in facts.sequences)
     stripped_guards = dataclasses.replace(
-        guards, identity_objects=[None] * len(guards.identity_objects), sequences=[SequenceGuard(s) for s in sequences]
+        guards, identity_objects=(None,) * len(guards.identity_objects), sequences=tuple(map(SequenceGuard, sequences))
     )
     leaves = tuple(
         dataclasses.replace(leaf, value=None) if leaf.kind in (LeafKind.TENSOR, LeafKind.OBJECT) else leaf

@@ -42,9 +42,9 @@ from typing import Any, Protocol
 import torch
 
 from ..artifact import Artifact, NoReplayPlan
-from ..capture.guards import GuardSet, first_failure
 from ..capture.inputs import CallFacts
 from ..capture.trace import Trace
+from ..guards.guard_set import GuardSet, first_failure
 from ..knobs import knobs, log_enabled
 from ..runtime import trust
 from ..runtime.specialization import CompiledSpecialization, instantiate
@@ -212,7 +212,7 @@ class Session:
         reason = _collective_reason(trace)
         if reason is not None:
             return reason
-        if spec.guards.function_modes:
+        if spec.guards.function_modes.modes:
             return "it was captured under torch function mode(s) (a default device, a TorchFunctionMode): " \
                    "objects of this process"
         state = self.captured_state if self.captured_state is not None else self._state_after_capture()
@@ -240,7 +240,7 @@ class Session:
                 "code must reach process-specific objects only through its context table. Please report this"
             )
         guards, facts = strip_live_objects(spec.guards, spec.facts)
-        guards = dataclasses.replace(guards, attributes=attributes)
+        guards = dataclasses.replace(guards, attributes=tuple(attributes))
         record = Record(
             name=jit.name, library=store.library_name(library), library_digest=library_digest(library),
             guard_symbol=compiled.guard_symbol, run_symbol=compiled.run_symbol, ops=list(compiled.ops),

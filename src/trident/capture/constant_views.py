@@ -9,7 +9,7 @@ becomes a new trace constant, a *derived* constant of that base.
 A derived constant shares the base's storage, so in-place updates of the base (`w.copy_(...)`,
 load_state_dict) are seen through it exactly as through a view made at call time. What it cannot follow is
 the base being pointed at other memory (`w.data = other`, `w.set_(...)`); the base's metadata is guarded
-like every constant's, and a DerivedConstantGuard (capture/guards.py) checks on every call that the derived
+like every constant's, and a DerivedConstantGuard (guards/tensors.py) checks on every call that the derived
 constant still starts at the same byte distance from the base's data pointer: otherwise the call misses and
 recompiles against the new memory.
 """

@@ -404,8 +404,8 @@ def _key(path: LeafPath) -> tuple[int, tuple[int, ...]]:
 
 
 class _Absent:
-    """AttributeGuard.value (guards.py) of an entry that must not exist; pickles as this module's ABSENT (disk
-    cache). Defined here, below guards.py, so that python_kernels.py, which trace.py imports, can use it."""
+    """AttributeGuard.value (guards/module_state.py) of an entry that must not exist; pickles as this module's
+    ABSENT (disk cache). Defined in capture, which the guards import, so that python_kernels.py can use it too."""
 
     def __reduce__(self) -> str:
         return "ABSENT"

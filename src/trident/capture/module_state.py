@@ -1,4 +1,4 @@
-"""Module state a function reads while it is captured, turned into guards (guards.AttributeGuard).
+"""Module state a function reads while it is captured, recorded for its guards (guards/module_state.py).
 
 A traced program bakes in every non-tensor value it read in Python: `self.training` decided whether dropout is
 in the graph, `self.eps` is a constant of layer_norm, `self.weight` is a context constant fixed by reference.
@@ -14,7 +14,8 @@ capture ends, so no module read pays for it otherwise. Recorded are
   - parameters, buffers and submodules, which nn.Module.__getattr__ finds in _parameters/_buffers/_modules;
   - for a ModuleList / Sequential / ModuleDict whose children were iterated or indexed: each child, and its
     keys in order (none added, removed or moved).
-  - hooks: each hook present at capture, and one process-wide counter of hook registrations (hook_guards).
+  - hooks: each hook present at capture, and one process-wide counter of hook registrations
+    (guards/module_state.py hook_guards).
 Not guarded (fixed at capture, as README states): contents of other mutable containers (lists, dicts) a module
 holds, attributes reached through a class's own __getattribute__.
 """
@@ -27,11 +28,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.fx
-import torch.utils.hooks
 from torch import nn
-
-from .guards import AttributeGuard
-from .inputs import LeafKind, classify
 
 # nn.Module's own bookkeeping (hook dicts, _parameters, ...): read on every module call, not program state.
 # `training` is the exception: it is what modules read.
@@ -39,7 +36,7 @@ _BOOKKEEPING = frozenset(nn.Module().__dict__) - {"training"}
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 _HOOK_DICTS = frozenset(name for name in _BOOKKEEPING if name.endswith("_hooks"))
 # Module calls also run the process-wide hooks (nn.modules.module.register_module_forward_hook, ...).
-_GLOBAL_HOOK_DICTS = tuple(
+GLOBAL_HOOK_DICTS = tuple(
     (name, value) for name, value in sorted(vars(torch.nn.modules.module).items())
     if name.startswith("_global_") and name.endswith("_hooks") and isinstance(value, dict)
 )
@@ -74,36 +71,6 @@ class ModuleReads:
         if any(module is made for made in self.created):
             return
         self.reads.setdefault((id(owner), name, in_dict), Read(module, owner, name, in_dict, value, store, keys))
-
-    def guards(self, module_paths: dict[int, str]) -> list[AttributeGuard]:
-        out = hook_guards() if self.reads else []
-        for read in self.reads.values():
-            where = module_paths.get(id(read.module), f"<{type(read.module).__name__} object>")
-            name = f"{read.store}[{read.name!r}]" if read.store else read.name
-            label = f"{where}.{name}" if where else name
-            if read.keys is not None:
-                out.append(AttributeGuard(where or "<module>", read.owner, "", True, LeafKind.NONE, None, read.keys))
-                continue
-            kind = classify(read.value)
-            beyond_int64 = kind is LeafKind.INT and not -(2**63) <= read.value < 2**63  # type: ignore[operator]
-            if kind is LeafKind.TENSOR or beyond_int64:  # compared by identity, as compiled code cannot hold them
-                kind = LeafKind.OBJECT
-            out.append(AttributeGuard(label, read.owner, read.name, read.in_dict, kind, read.value))
-        return out
-
-
-def hook_guards() -> list[AttributeGuard]:
-    """A hook registered after capture (on any module, or globally) must run too, and the compiled program does
-    not call it: every registration takes a new id from RemovableHandle.next_id, a process-wide counter, so one
-    guard on it catches them all (a registration anywhere, even on an unrelated module, recompiles once). Hooks
-    present at capture are guarded one by one (their removal); the global ones here, modules' ones as read."""
-    counter = torch.utils.hooks.RemovableHandle
-    out = [AttributeGuard("hooks registered (RemovableHandle.next_id)", counter, "next_id", False, LeafKind.INT,
-                          counter.next_id)]
-    for name, hooks in _GLOBAL_HOOK_DICTS:
-        out += [AttributeGuard(f"torch.nn.modules.module.{name}[{key}]", hooks, key, True, LeafKind.OBJECT, hook)
-                for key, hook in hooks.items()]
-    return out
 
 
 _local = threading.local()
@@ -157,7 +124,7 @@ def _note_attribute(reads: ModuleReads, module: nn.Module, name: str, value: obj
         # back at the end) changes what iterating it runs, and no per-child guard sees that.
         reads.note(module, value, "<keys>", True, None, keys=tuple(value))  # type: ignore[arg-type]
         return
-    if name in _HOOK_DICTS:  # hooks present at capture ran in it: each must stay (new ones: hook_guards)
+    if name in _HOOK_DICTS:  # hooks present at capture ran in it: each must stay (new ones: the hook counter)
         for key, hook in value.items():  # type: ignore[attr-defined]
             reads.note(module, value, key, True, hook, name)
     elif name not in _BOOKKEEPING:

@@ -31,9 +31,9 @@ from torch_mlir.extras.fx_importer import (
 )
 
 from .. import abi
-from ..capture.guards import dtype_code
 from ..capture.scalar_functions import scalar_function_name, scalar_kind
 from ..capture.triton_launches import Operand, RecordedLaunch
+from ..torch_codes import dtype_code
 
 MAIN = "main"
 LAUNCH_OP_PREFIX = "trident.triton_launch."

@@ -7,7 +7,8 @@ block so they dominate every use.
 from __future__ import annotations
 
 import dataclasses
-import struct
+
+from ..native_numbers import float_bits
 
 PTR = "!llvm.ptr"
 I64 = "i64"
@@ -96,7 +97,7 @@ class FunctionBuilder:
             name = self.fresh("c")
             if type_ == F64:
                 # The bit pattern as a hex literal: exact, and valid for inf/nan too.
-                bits = struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+                bits = float_bits(float(value)) & 0xFFFF_FFFF_FFFF_FFFF
                 self._prologue.append(f"    {name} = arith.constant 0x{bits:016X} : f64")
             elif type_ == I1:
                 self._prologue.append(f"    {name} = arith.constant {'true' if value else 'false'}")

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
 from torch_mlir import ir
 
 from .. import exc
@@ -34,6 +35,7 @@ from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view, op_schema
 from .pooled_allocations import emit_pooled, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
+from ..torch_codes import device_type_code
 from ..typed_ops import typed_symbol
 
 
@@ -702,10 +704,6 @@ def _ptr_to_int(fb: FunctionBuilder, ptr: str) -> str:
 
 def _device_code(text: str) -> int:
     """The runtime's code of a device (trident_runtime.h, TRIDENT_TAG_DEVICE)."""
-    import torch
-
-    from .lower_guards import device_type_code
-
     device = torch.device(text)
     index = abi.DEVICE_CODE_NO_INDEX if device.index is None else device.index
     return (device_type_code(device.type) << abi.DEVICE_CODE_TYPE_SHIFT) | index

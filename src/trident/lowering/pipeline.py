@@ -25,9 +25,9 @@ from torch_mlir import ir
 from .. import exc
 from ..artifact import Artifact, NoReplayPlan, ReplayPlan
 from ..backend.engine import NativeModule
-from ..capture.guards import GuardSet
 from ..capture.inputs import CallFacts, LeafKind, state_attribute_names
 from ..capture.trace import Trace
+from ..guards.guard_set import GuardSet
 from ..ir.fx_import import MAIN, import_graph, new_context
 from ..ir.mlir_text import ModuleBuilder
 from ..knobs import CompileOptions

@@ -21,12 +21,12 @@ from torch.utils._sympy import functions as torch_sympy
 from .. import exc
 from ..capture.specialize import is_float_expr, is_float_symbol
 from ..ir.mlir_text import F64, I1, I64, FunctionBuilder, ModuleBuilder
+from ..native_numbers import INT64_MIN
 from . import runtime_abi as abi
 
 FailUnless = Callable[[str, int, str], None]  # (ok: i1 SSA value, TRIDENT_EXC_* kind, message)
 
 _OVERFLOW_INTRINSIC = {"addi": "sadd", "subi": "ssub", "muli": "smul"}
-INT64_MIN = -(2**63)
 
 
 def checked_int_op(fb: FunctionBuilder, op: str, a: str, b: str, fail_unless: FailUnless, what: str) -> str:
@@ -52,7 +52,7 @@ class SymbolicIntLowering:
     ) -> None:  # fmt: skip
         self.fb = fb
         self.env = env  # int symbol -> i64 SSA value
-        self.floats = floats or {}  # float symbol (a traced Python float) -> f64 SSA value
+        self.floats = floats if floats is not None else {}  # float symbol (a traced Python float) -> f64 SSA value
         self.fail_unless = fail_unless
         # Lowered subexpressions: sympy does not share them (triton.next_power_of_2 of a size is a tree
         # that repeats each level), so without this the emitted code would grow exponentially.

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_ru
     PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
 )  # fmt: skip
 from ..capture.triton_launches import Operand, RecordedLaunch
+from ..native_numbers import float32_bits, float_bits, int64_bits
 
 log = logging.getLogger("trident")
 
@@ -288,16 +288,6 @@ def _expected_key(table: VariantTable, specialization: Sequence[tuple[str, Any]]
     return tuple(key)
 
 
-def _int_bits(value: int) -> int:
-    """An integer literal as the int64 whose low bytes a parameter slot passes."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _float_bits(value: float, fmt: str) -> int:
-    return _int_bits(int.from_bytes(struct.pack("<" + fmt, value), "little"))
-
-
 def _param_sources(signature: Mapping[str, str], args: Mapping[str, Any], defaults: Mapping[str, Any],
                    operand_kinds: Sequence[str]) -> list[tuple[int, int]] | str:
     """(kind, source) per non-constexpr kernel parameter, in order; or why this kernel cannot launch natively."""
@@ -315,12 +305,13 @@ def _param_sources(signature: Mapping[str, str], args: Mapping[str, Any], defaul
             if operand is not None:
                 sources.append((PARAM_INT, operand))
             else:
-                sources.append((PARAM_LITERAL, _int_bits(int(value))))
+                sources.append((PARAM_LITERAL, int64_bits(int(value))))  # the parameter word's low bytes
         elif type_name in ("fp32", "f32", "fp64"):
             if operand is not None:
                 sources.append((PARAM_FP32 if type_name != "fp64" else PARAM_FP64, operand))
             else:
-                sources.append((PARAM_LITERAL, _float_bits(float(value), "f" if type_name != "fp64" else "d")))
+                bits = float_bits(float(value)) if type_name == "fp64" else float32_bits(float(value))
+                sources.append((PARAM_LITERAL, bits))
         else:
             return f"parameter '{name}' of type {type_name}"
     return sources
