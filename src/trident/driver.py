@@ -12,7 +12,6 @@ so a decode loop whose position grows compiles twice, not once per step.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import inspect
 import logging
@@ -21,7 +20,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,6 +44,7 @@ from .native_numbers import fits_int64, float_bits
 from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
+from .specialization import Specialization
 
 log = logging.getLogger("trident")
 
@@ -70,24 +69,6 @@ def runtime_loaded() -> bool:
 
 def compile_count() -> int:
     return _compile_count
-
-
-@dataclasses.dataclass
-class Specialization:
-    index: int
-    guards: GuardSet
-    facts: CallFacts
-    trace: Trace | None  # None when loaded from the disk cache (no capture ran)
-    compiled: CompiledSpecialization
-    compile_seconds: float
-    n_trace_constants: int  # compiled.constants[:n] are the trace's tensor constants (guard paths (-1, (i,)))
-    origin: str = "compiled"  # or "loaded from the disk cache" (trident.cache)
-    disk_cache: str = ""  # "persisted" or "not persisted: <why>" (trident.cache; empty when it is off)
-    disk_record: Path | None = None  # its record in the disk cache, persisted or loaded (trident.export copies it)
-
-    @property
-    def trace_constants(self) -> list[object]:
-        return self.compiled.constants[: self.n_trace_constants]
 
 
 def _signature_facts(fn: Callable[..., object]) -> tuple[inspect.Signature, list[str], int, dict[int, object], str | None]:
@@ -389,9 +370,7 @@ class JitFunction:
         self.dynamism = self.dynamism.union(self._newly_dynamic(facts))
         persisted = warm_start.begin(self, values, facts)  # warm start: a specialization an earlier process stored
         if persisted.loaded is not None:
-            loaded = persisted.loaded
-            spec = self._install(values, loaded.guards, loaded.facts, None, loaded.compiled, loaded.n_trace_constants,
-                                 loaded.seconds, origin="loaded from the disk cache")
+            spec = self._install(values, persisted.loaded)
             persisted.loaded_as(spec)
             return spec, None
         start = time.perf_counter()
@@ -403,8 +382,8 @@ class JitFunction:
         compiled = self._build(values, facts, trace, guards, reachable, options)
         if compiled is None:
             return None, None
-        spec = self._install(values, guards, facts.without_tensors(), trace, compiled, len(trace.constants),
-                             time.perf_counter() - start)
+        spec = self._install(values, Specialization(guards, facts.without_tensors(), trace, compiled,
+                                                    time.perf_counter() - start, len(trace.constants)))
         with _compile_count_lock:
             _compile_count += 1
         if log_enabled("compile"):
@@ -526,17 +505,14 @@ class JitFunction:
         self.eager_reason = reason
         return True
 
-    def _install(
-        self, values: Sequence[object], guards: GuardSet, facts: CallFacts, trace: Trace | None,
-        compiled: CompiledSpecialization, n_trace_constants: int, seconds: float, origin: str = "compiled",
-    ) -> Specialization:  # fmt: skip
-        """Add an instantiated specialization (compiled, or loaded from the disk cache) to the entry, under the
-        structural key of the call it was made for, and to this function's list."""
+    def _install(self, values: Sequence[object], spec: Specialization) -> Specialization:
+        """Add a specialization (compiled now, or loaded from the disk cache) to the entry, under the structural key
+        of the call it was made for, and to this function's list, whose index it takes."""
         positional, keywords = self._call_args(values)
         key = self.entry.structural_key(*positional, **keywords)
+        compiled = spec.compiled
         self.entry.add_spec(key, compiled.guard_address, compiled.run_address, compiled.context, compiled.native)
-        spec = Specialization(len(self.specializations), guards, facts, trace, compiled, seconds, n_trace_constants,
-                              origin=origin)  # fmt: skip
+        spec.index = len(self.specializations)
         self.specializations.append(spec)
         return spec
 

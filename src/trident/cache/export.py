@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .. import exc
 from ..runtime import trust
+from ..specialization import Specialization
 from . import store
 
 
@@ -33,7 +33,7 @@ def export(jitted: object, path: str | os.PathLike[str]) -> list[Path]:
     state = getattr(jitted, "_trident", None)
     if state is None:
         raise ExportError(f"trident.export expects a function returned by trident.jit, got {jitted!r}")
-    specializations: Sequence[Any] = state.specializations  # driver.Specialization
+    specializations: Sequence[Specialization] = state.specializations
     if not specializations:
         raise ExportError(f"'{state.name}' has no specialization to export: call it first")
     missing = [

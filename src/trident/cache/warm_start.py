@@ -44,10 +44,11 @@ import torch
 from ..artifact import Artifact, NoReplayPlan
 from ..capture.inputs import CallFacts
 from ..capture.trace import Trace
-from ..guards.guard_set import GuardSet, first_failure
+from ..guards.guard_set import first_failure
 from ..knobs import knobs, log_enabled
 from ..runtime import trust
-from ..runtime.specialization import CompiledSpecialization, instantiate
+from ..runtime.specialization import instantiate
+from ..specialization import LOADED, Specialization
 from . import code_deps, launch_sites, store
 from .fingerprint import StateWalk, Unfingerprintable
 from .key import lookup_key
@@ -78,31 +79,6 @@ class JitFunction(Protocol):
     runtime_library: str
 
 
-class Specialization(Protocol):
-    """What the disk cache reads and writes of an installed specialization (driver.Specialization)."""
-
-    index: int
-    guards: GuardSet
-    facts: CallFacts
-    trace: Trace | None
-    compiled: CompiledSpecialization
-    compile_seconds: float
-    disk_cache: str
-    disk_record: Path | None
-
-
-@dataclasses.dataclass
-class Loaded:
-    """A persisted specialization instantiated for this call, for the driver to install (driver._install)."""
-
-    compiled: CompiledSpecialization
-    guards: GuardSet
-    facts: CallFacts
-    n_trace_constants: int
-    seconds: float  # from the start of the record's checks to here
-    path: Path  # its record
-
-
 @dataclasses.dataclass(frozen=True)
 class _CapturedState:
     code_dependencies: list[code_deps.CodeDependency]
@@ -120,7 +96,7 @@ class Session:
     fn_roots: list[Root] = dataclasses.field(default_factory=list)
     state_before: str | None = None  # fingerprint of the fn_roots state before capture
     reason: str | None = None  # why nothing is loaded or persisted for this miss (None: both are tried)
-    loaded: Loaded | None = None
+    loaded: Specialization | None = None  # not yet installed (index NOT_INSTALLED)
     recorder: code_deps.CodeRecorder = dataclasses.field(default_factory=code_deps.CodeRecorder)
     captured_state: _CapturedState | str | None = None  # snapshot_state(): the state right after capture, or why not
 
@@ -155,12 +131,11 @@ class Session:
         return _CapturedState(deps, self.fn_roots + dep_roots, walk)
 
     def loaded_as(self, spec: Specialization) -> None:
-        """The driver installed `loaded` as `spec`."""
-        assert self.jit is not None and self.loaded is not None
-        store.touch(self.loaded.path)
-        spec.disk_record = self.loaded.path
+        """The driver installed `loaded` (as `spec`, with its index)."""
+        assert self.jit is not None and spec.disk_record is not None
+        store.touch(spec.disk_record)
         stats.loads += 1
-        _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, self.jit.name, self.loaded.path,
+        _log("loaded specialization %d of '%s' from %s in %.1f ms", spec.index, self.jit.name, spec.disk_record,
              spec.compile_seconds * 1e3)
 
     def publishes_after_first_call(self, spec: Specialization) -> bool:
@@ -287,7 +262,7 @@ def begin(jit: JitFunction, values: Sequence[object], facts: CallFacts) -> Sessi
 # Loading
 
 
-def _load(session: Session) -> Loaded | None:
+def _load(session: Session) -> Specialization | None:
     assert session.jit is not None and session.key is not None
     walks: dict[tuple[Root, ...], StateWalk] = {}  # what one miss computes once for all the records it reads
     code_indexes: dict[str, dict[tuple[str, int], str]] = {}
@@ -317,7 +292,7 @@ def _load(session: Session) -> Loaded | None:
 def _load_record(
     session: Session, path: Path, record: Record, walks: dict[tuple[Root, ...], StateWalk],
     code_indexes: dict[str, dict[tuple[str, int], str]],
-) -> Loaded:  # fmt: skip
+) -> Specialization:  # fmt: skip
     jit = session.jit
     assert jit is not None
     start = time.perf_counter()
@@ -367,7 +342,8 @@ def _load_record(
             launch_sites.load_variants(site, launch)  # type: ignore[arg-type]
     except launch_sites.LaunchSiteMismatch as e:
         raise Rejected(str(e)) from e
-    return Loaded(compiled, guards, facts, n, time.perf_counter() - start, path)
+    seconds = time.perf_counter() - start
+    return Specialization(guards, facts, None, compiled, seconds, n, origin=LOADED, disk_record=path)
 
 
 # ---------------------------------------------------------------------------------------------------------
