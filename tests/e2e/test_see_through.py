@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 import trident
+from trident.capture import triton_launches
 from trident.capture.triton_launches import interpret_cpu_launches
 from trident.knobs import override
 from trident.testing import count_compiles, expect_fallback, triton_launch_sites
@@ -248,14 +249,15 @@ def test_launches_leaving_parameters_to_defaults_configs_and_heuristics_are_trac
 
 
 def test_a_kernel_whose_writes_cannot_be_analysed_stays_opaque_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the analysis of a kernel's stores fails, every tensor it gets counts as written (never a guess):
+    """Where no analysis of a kernel's stores decides, every tensor it gets counts as written (never a guess):
     the op stays an opaque call, and explain names the kernel and the analysis's error."""
     import torch._higher_order_ops.triton_kernel_wrap as kernel_wrap
 
     def failing_ttir(*args: object, **kwargs: object) -> object:
         raise RuntimeError("no TTIR for this kernel")
 
-    monkeypatch.setattr(kernel_wrap, "generate_ttir", failing_ttir)
+    monkeypatch.setattr(kernel_wrap, "generate_ttir", failing_ttir)  # torch's analysis
+    monkeypatch.setattr(triton_launches, "generate_ttir", failing_ttir)  # Trident's (capture/kernel_stores.py)
 
     def step(x: torch.Tensor) -> torch.Tensor:
         return scale(x, 2.0) + 1
@@ -270,6 +272,55 @@ def test_a_kernel_whose_writes_cannot_be_analysed_stays_opaque_and_says_why(monk
     assert ("opaque trident_see_through::scale: the analysis of what Triton kernel '_scale_kernel' stores to failed "
             "(RuntimeError: no TTIR for this kernel), so it counts as writing every tensor it gets, argument 'x' "
             "too") in text, text
+
+
+@triton.jit
+def _clamp_to_one(x):  # type: ignore[no-untyped-def]
+    if x > 1.0:
+        x = 1.0
+    return x
+
+
+@triton.jit
+def _clamp_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n)
+    tl.store(out_ptr + i, tl.map_elementwise(_clamp_to_one, x), mask=i < n)
+
+
+@torch.library.custom_op("trident_see_through::clamp_to_one", mutates_args=())
+def clamp_to_one(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    _clamp_kernel[(1,)](x, out, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return out
+
+
+@clamp_to_one.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hasattr(tl, "map_elementwise"), reason="tl.map_elementwise is newer than this Triton")
+def test_a_kernel_torchs_analysis_cannot_read_is_traced_into_on_trident_s_own() -> None:
+    """torch's analysis stops at `tl.map_elementwise` (an op with a region it does not model) and would count
+    the input as written, keeping the op opaque; Trident's own reading of the TTIR (capture/kernel_stores.py)
+    finds the one store, so the op is traced into and its launch runs natively. (Triton's interpreter cannot
+    run map_elementwise, so this runs on CUDA only; tests/unit/test_kernel_stores.py covers the analysis.)"""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return clamp_to_one(x) * 2
+
+    f = trident.jit(step)
+    x = torch.randn(64, device="cuda") * 2
+    with torch.no_grad():
+        expected = step(x)
+        for _ in range(3):
+            torch.testing.assert_close(f(x), expected, rtol=0, atol=0)
+    text = trident.explain(f)
+    assert hits(f) == 3 and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
+    assert "traced into trident_see_through::clamp_to_one" in text, text
+    assert not any("clamp_to_one" in call for call in aten_calls(f)), text
 
 
 @pytest.mark.parametrize("device", DEVICES)

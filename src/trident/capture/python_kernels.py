@@ -555,8 +555,8 @@ def _argument(arg: Any, index: int, args: Sequence[object], kwargs: dict[str, ob
 
 def _written(graph: torch.fx.Graph | None, last: torch.fx.Node | None) -> list[tuple[torch.Tensor, str | None]]:
     """Tensors the nodes recorded after `last` write, each with None, or why it only counts as written: mutable
-    arguments of operators (schema), and what Triton launches store to (torch's analysis of the kernel; every
-    tensor a launch gets where that analysis failed)."""
+    arguments of operators (schema), and what Triton launches store to (triton_launches.kernel_writes; every
+    tensor a launch gets where no analysis of the kernel decides)."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table, triton_kernel_wrapper_mutation
 
     from .triton_launches import kernel_writes

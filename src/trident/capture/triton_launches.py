@@ -31,9 +31,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
+from torch._higher_order_ops.triton_kernel_wrap import generate_ttir, get_mutated_tensors, kernel_side_table
 
 from .. import exc
+from .kernel_stores import stored_parameters
 
 GridTuple = tuple[Any, ...]
 Grid = GridTuple | Callable[[dict[str, Any]], GridTuple]
@@ -113,8 +114,8 @@ def exact_mutation_analysis() -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class KernelWrites:
-    """What a recorded launch writes: the tensor kwargs torch's analysis of the kernel's TTIR finds stored to, or,
-    where that analysis failed (`undecided`: why), every tensor kwarg, as torch then assumes."""
+    """What a recorded launch writes: the tensor kwargs torch's analysis and Trident's own (kernel_stores.py) find
+    it may store to, together; or, where neither can decide (`undecided`: why), every tensor kwarg."""
 
     names: list[str]
     undecided: str | None = None
@@ -139,30 +140,60 @@ class _AnalysisFailure(logging.Filter):
 
 
 def kernel_writes(node: torch.fx.Node) -> KernelWrites:
-    """What a recorded triton_kernel_wrapper_mutation node writes (torch's analysis of the kernel's TTIR).
+    """What a recorded triton_kernel_wrapper_mutation node writes, from the kernel's TTIR on the node's fake values
+    (node.meta["val"]; make_fx does not functionalize, so the node carries no mutation facts of its own).
 
-    make_fx does not functionalize, so the node itself carries no mutation facts; this reruns torch's analysis
-    on the node's fake values (node.meta["val"])."""
+    Two readings, both over-approximations when they succeed: torch's analysis, and Trident's (kernel_stores.py),
+    which decides where torch's stops at an op it does not model and refuses where torch would answer "nothing"
+    for a store through a pointer loaded from memory. Their union is the answer; when Trident's finds a store it
+    cannot trace, or neither decides, every tensor counts as written (`undecided` says why)."""
     hop_kwargs = node.kwargs
     values = {
         k: (v.meta["val"] if isinstance(v, torch.fx.Node) else v)
         for k, v in hop_kwargs["kwargs"].items()  # type: ignore[union-attr]
     }
+    kernel_idx, constant_args_idx = hop_kwargs["kernel_idx"], hop_kwargs["constant_args_idx"]
+    tma = hop_kwargs["tma_descriptor_metadata"]
     failure = _AnalysisFailure()
     module = sys.modules[get_mutated_tensors.__module__]
     log = getattr(module, "log", None) or logging.getLogger(module.__name__)  # torch 2.13: "torch._dynamo"
     log.addFilter(failure)
     try:
         with exact_mutation_analysis():
-            names = get_mutated_tensors(
-                hop_kwargs["kernel_idx"],  # type: ignore[arg-type]
-                hop_kwargs["constant_args_idx"],  # type: ignore[arg-type]
-                values,
-                hop_kwargs["tma_descriptor_metadata"],  # type: ignore[arg-type]
-            )
+            names = get_mutated_tensors(kernel_idx, constant_args_idx, values, tma)  # type: ignore[arg-type]
+            own, untraceable = _own_writes(kernel_idx, constant_args_idx, values, tma)  # type: ignore[arg-type]
     finally:
         log.removeFilter(failure)
-    return KernelWrites(names, failure.reason)
+    tensors = [name for name, value in values.items() if isinstance(value, torch.Tensor)]
+    if isinstance(own, str) and untraceable:
+        return KernelWrites(tensors, f"Trident's analysis: {own}")
+    if isinstance(own, str):  # no TTIR here: torch's answer stands alone (its reason when it has none either)
+        both = failure.reason is None or own == failure.reason
+        return KernelWrites(names, failure.reason if both else f"{failure.reason}; Trident's analysis: {own}")
+    own_tensors = [name for name in own if name in tensors]
+    if failure.reason is not None:  # torch's answer is "every tensor": Trident's decides
+        return KernelWrites(own_tensors)
+    return KernelWrites(names + [name for name in own_tensors if name not in names])
+
+
+def _own_writes(kernel_idx: int, constant_args_idx: int, values: dict[str, Any], tma: Any
+                ) -> tuple[list[str] | str, bool]:
+    """Trident's reading of the kernel's TTIR (kernel_stores.py) on the arguments torch's analysis gets: the
+    parameters it may store through, or (why not, whether a store was found that cannot be traced)."""
+    from triton.runtime.jit import JITFunction
+
+    kernel = kernel_side_table.get_kernel(kernel_idx)
+    kwargs = {**values, **kernel_side_table.get_constant_args(constant_args_idx)}
+    try:
+        ttir, arg_names = generate_ttir(kernel, kwargs, tma)
+    except Exception as e:  # noqa: BLE001 -- the TTIR cannot be made here: torch's answer stands alone
+        lines = str(e).strip().splitlines()  # said as torch's analysis says its own failure
+        return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": "), False
+    jit = kernel
+    while not isinstance(jit, JITFunction) and hasattr(jit, "fn"):  # under its Autotuner / Heuristics
+        jit = jit.fn
+    answer = stored_parameters(ttir, getattr(getattr(jit, "fn", jit), "__name__", ""), list(arg_names))
+    return answer, isinstance(answer, str)
 
 
 # ---------------------------------------------------------------------------------------------------------
