@@ -600,9 +600,11 @@ def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly()
     for _ in range(cuda_graphs.RECORD_AT_HIT + 40):
         assert torch.equal(with_graphs(x), f(x))
     assert graph_of(with_graphs, 0) is None
-    assert "CUDA graph: none (no CUDA tensor among the arguments)" in trident.explain(with_graphs)
+    text = trident.explain(with_graphs)
+    assert "CUDA graph: none (no CUDA tensor among the arguments)" in text and "next try" not in text, text
     # A refusal no later call can change is for good: the recorder is not called again after a backoff.
-    assert with_graphs._trident.entry.graphs(0)["recordings_tried"] == 1  # type: ignore[attr-defined]
+    graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
+    assert graphs["recordings_tried"] == 1 and graphs["never_record"], graphs
     assert_native(with_graphs, hits=cuda_graphs.RECORD_AT_HIT + 40, compiles=1)
 
 

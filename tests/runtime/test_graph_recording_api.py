@@ -22,7 +22,8 @@ def compiled_entry() -> object:
 def test_a_specialization_without_recordings_reports_an_empty_list() -> None:
     entry = compiled_entry()
     assert entry.graphs(0) == {"recordings": [], "replays": 0, "misses": 0, "hits": 1, "paused_until_hit": 0,
-                               "record_after_hit": 0, "pauses": 0, "recordings_tried": 0}
+                               "record_after_hit": 0, "never_record": False, "pauses": 0,
+                               "recordings_tried": 0}
     with pytest.raises(IndexError, match="no specialization 1"):
         entry.graphs(1)
 

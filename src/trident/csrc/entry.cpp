@@ -472,8 +472,8 @@ PyObject* entry_never_record(PyObject* self_obj, PyObject* arg) {
 }
 
 // graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays, graph misses
-// and hits, and its GraphPolicy: the hit replay is paused until, the hit before which it records no more, how
-// often replay paused, how often the recorder ran.
+// and hits, and its GraphPolicy: the hit replay is paused until, the hit before which it records no more (none
+// when `never_record`), how often replay paused, how often the recorder ran.
 PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
@@ -482,11 +482,12 @@ PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   PyObject* recordings = spec.graphs != nullptr ? PyList_GetSlice(spec.graphs, 0, PY_SSIZE_T_MAX) : PyList_New(0);
   if (recordings == nullptr) return nullptr;
   const GraphPolicy& policy = spec.policy;
-  return Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "recordings", recordings, "replays",
+  return Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:I}", "recordings", recordings, "replays",
                        (unsigned long long)policy.replays, "misses", (unsigned long long)policy.misses,
                        "hits", (unsigned long long)spec.hits, "paused_until_hit",
                        (unsigned long long)policy.paused_until_hit, "record_after_hit",
-                       (unsigned long long)policy.record_after_hit(), "pauses", (unsigned)policy.pauses,
+                       (unsigned long long)policy.record_after_hit(), "never_record",
+                       policy.never_record ? Py_True : Py_False, "pauses", (unsigned)policy.pauses,
                        "recordings_tried", (unsigned)policy.recordings_tried);
 }
 

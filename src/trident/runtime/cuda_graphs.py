@@ -31,7 +31,6 @@ from trident.runtime.specialization import CompiledSpecialization
 
 RECORD_AT_HIT = 3  # hits 1-2 settle pooled buffers and matmul plans; the third call records
 DIRECT, RECORD, REPLAY = abi.RUN_DIRECT, abi.RUN_RECORD, abi.RUN_REPLAY  # Entry.run_spec modes
-_NEVER = 2**64 - 1  # record_after_hit of a specialization the recorder refused for good (Entry.never_record)
 VERIFIED_SHARE = 4  # the proof snapshots written state twice: at most 1/4 of the device's free memory each time
 
 
@@ -167,7 +166,7 @@ class GraphRecorder:
         reason = self.refusals.get(index)
         if reason is not None:
             after = graphs["record_after_hit"]
-            retry = ("" if after == _NEVER else f"; next try at hit {after} (now {hits})" if after > hits
+            retry = ("" if graphs["never_record"] else f"; next try at hit {after} (now {hits})" if after > hits
                      else "; tried again at the next call no recording fits")
             lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason}{retry})")
         return lines
