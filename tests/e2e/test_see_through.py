@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from region_kernels import HAS_MAP_ELEMENTWISE, clamp_kernel
+
 import trident
 from trident.capture import triton_launches
 from trident.capture.triton_launches import interpret_cpu_launches
@@ -274,24 +276,10 @@ def test_a_kernel_whose_writes_cannot_be_analysed_stays_opaque_and_says_why(monk
             "too") in text, text
 
 
-@triton.jit
-def _clamp_to_one(x):  # type: ignore[no-untyped-def]
-    if x > 1.0:
-        x = 1.0
-    return x
-
-
-@triton.jit
-def _clamp_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-    i = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + i, mask=i < n)
-    tl.store(out_ptr + i, tl.map_elementwise(_clamp_to_one, x), mask=i < n)
-
-
 @torch.library.custom_op("trident_see_through::clamp_to_one", mutates_args=())
 def clamp_to_one(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x)
-    _clamp_kernel[(1,)](x, out, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    clamp_kernel[(1,)](x, out, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
     return out
 
 
@@ -301,7 +289,7 @@ def _(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not hasattr(tl, "map_elementwise"), reason="tl.map_elementwise is newer than this Triton")
+@pytest.mark.skipif(not HAS_MAP_ELEMENTWISE, reason="tl.map_elementwise is newer than this Triton")
 def test_a_kernel_torchs_analysis_cannot_read_is_traced_into_on_trident_s_own() -> None:
     """torch's analysis stops at `tl.map_elementwise` (an op with a region it does not model) and would count
     the input as written, keeping the op opaque; Trident's own reading of the TTIR (capture/kernel_stores.py)

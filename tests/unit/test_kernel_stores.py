@@ -16,6 +16,8 @@ import triton
 import triton.language as tl
 from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
 
+from region_kernels import HAS_MAP_ELEMENTWISE, clamp_kernel
+
 from trident.capture.triton_launches import _AnalysisFailure, _own_writes, exact_mutation_analysis
 
 
@@ -41,23 +43,9 @@ def vector(n: int = 64, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.zeros(n, dtype=dtype)
 
 
-@triton.jit
-def _clamp_to_one(x):  # type: ignore[no-untyped-def]
-    if x > 1.0:
-        x = 1.0
-    return x
-
-
-@triton.jit
-def _map_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-    i = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + i, mask=i < n)
-    tl.store(out_ptr + i, tl.map_elementwise(_clamp_to_one, x), mask=i < n)
-
-
-@pytest.mark.skipif(not hasattr(tl, "map_elementwise"), reason="tl.map_elementwise is newer than this Triton")
+@pytest.mark.skipif(not HAS_MAP_ELEMENTWISE, reason="tl.map_elementwise is newer than this Triton")
 def test_an_op_with_a_region_torch_does_not_model_is_decided() -> None:
-    theirs, ours = both(_map_kernel, x_ptr=vector(), out_ptr=vector(), n=64, BLOCK=64)
+    theirs, ours = both(clamp_kernel, x_ptr=vector(), out_ptr=vector(), n=64, BLOCK=64)
     assert isinstance(theirs, str) and "map_elementwise" in theirs, theirs
     assert ours == ["out_ptr"]
 
