@@ -123,3 +123,21 @@ def test_a_store_through_a_pointer_read_from_memory_is_not_decided() -> None:
     theirs, ours = both(_pointer_table_kernel, table_ptr=vector(1, torch.int64), out_ptr=vector(), BLOCK=64)
     assert theirs == []
     assert isinstance(ours, str) and "cannot trace" in ours
+
+
+def test_an_analysis_that_breaks_on_this_triton_leaves_torchs_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IR bindings another Triton lacks make Trident's reading fail: it then gives no answer (not "cannot trace",
+    which would make every tensor written), and kernel_writes keeps torch's."""
+    from trident.capture import triton_launches
+
+    def broken(*args: object) -> object:
+        raise AttributeError("'operation' object has no attribute 'get_block'")
+
+    monkeypatch.setattr(triton_launches, "stored_parameters", broken)
+    _, ours = both(_select_kernel, x_ptr=vector(), a_ptr=vector(), b_ptr=vector(), n=64, BLOCK=64)
+    assert isinstance(ours, str) and "get_block" in ours
+    kernel_idx = kernel_side_table.add_kernel(_select_kernel)
+    with exact_mutation_analysis():
+        _, untraceable = _own_writes(kernel_idx, kernel_side_table.add_constant_args({}),
+                                     dict(x_ptr=vector(), a_ptr=vector(), b_ptr=vector(), n=64, BLOCK=64), {})
+    assert not untraceable
