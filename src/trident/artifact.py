@@ -31,6 +31,14 @@ class NativeCode(Protocol):
     def address(self, symbol: str) -> int: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """Placeholder in a recorded Triton launch (capture/triton_launches.RecordedLaunch) for the i-th runtime
+    operand of the launch op (a tensor or a symbolic int)."""
+
+    index: int
+
+
 @dataclasses.dataclass(eq=False)
 class BufferPoolConstant:
     """The host program's BufferPool: `sites` pooled allocation sites (pooled_allocations.py). Mutable while the

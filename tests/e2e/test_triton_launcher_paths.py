@@ -23,7 +23,8 @@ import triton.language as tl
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
 import trident
-from trident.capture.triton_launches import Operand, RecordedLaunch
+from trident.artifact import Operand
+from trident.capture.triton_launches import RecordedLaunch
 from trident.runtime import triton_native as tn
 from trident.testing import count_compiles, expect_fallback, triton_launch_sites
 

@@ -8,6 +8,7 @@ runtime, with cache/ (warm start) and driver.py above them.
 - capture/ imports neither guards/ nor lowering/: it records facts, which guards/ turns into the guard set. guards/
   uses only the lowering's building blocks (each kind lowers itself with them); the guard pass and the pipeline
   import guards/, never the other way round.
+- runtime/ imports none of those nor the compiler's backend: it reads the artifact.
 """
 from __future__ import annotations
 
@@ -105,3 +106,17 @@ def test_guards_use_only_the_lowerings_building_blocks() -> None:
         if _in(target, ("trident.lowering",)) and target not in blocks
     ]
     assert beyond == []
+
+
+def test_the_runtime_reads_the_artifact_not_the_compiler() -> None:
+    """runtime/ instantiates and runs what the artifact describes: it imports none of capture/, ir/, guards/,
+    lowering/ or the compiler's backend (a disk load never needs them)."""
+    compiler = LOWER_LAYERS + ("trident.backend",)
+    reached = [
+        f"{name} imports {target}"
+        for name in sorted(MODULES)
+        if _in(name, ("trident.runtime",))
+        for target, _ in _imports(name)
+        if _in(target, compiler)
+    ]
+    assert reached == []

@@ -16,7 +16,8 @@ from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
-from trident.capture.triton_launches import Operand, RecordedLaunch
+from trident.artifact import Operand
+from trident.capture.triton_launches import RecordedLaunch
 from trident.runtime import load_runtime
 from trident.runtime import triton_native as tn
 

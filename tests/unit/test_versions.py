@@ -15,7 +15,8 @@ import triton.language as tl
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
 import trident
-from trident.capture.triton_launches import Operand, RecordedLaunch
+from trident.artifact import Operand
+from trident.capture.triton_launches import RecordedLaunch
 from trident.runtime import triton_native as tn
 from trident.testing import triton_launch_sites
 

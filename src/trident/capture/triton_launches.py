@@ -34,6 +34,7 @@ import torch.fx
 from torch._higher_order_ops.triton_kernel_wrap import generate_ttir, get_mutated_tensors, kernel_side_table
 
 from .. import exc
+from ..artifact import Operand
 from .kernel_stores import stored_parameters
 
 GridTuple = tuple[Any, ...]
@@ -647,13 +648,6 @@ def interpret_cpu_launches() -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------------------------
 # Replaying a captured launch from compiled code (interim: through Python, until launches go native)
-
-
-@dataclasses.dataclass(frozen=True)
-class Operand:
-    """Placeholder in a RecordedLaunch for the i-th runtime operand (a tensor or a symbolic int)."""
-
-    index: int
 
 
 @dataclasses.dataclass

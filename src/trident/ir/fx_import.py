@@ -32,7 +32,8 @@ from torch_mlir.extras.fx_importer import (
 
 from .. import abi
 from ..capture.scalar_functions import scalar_function_name, scalar_kind
-from ..capture.triton_launches import Operand, RecordedLaunch
+from ..artifact import Operand
+from ..capture.triton_launches import RecordedLaunch
 from ..torch_codes import dtype_code
 
 MAIN = "main"

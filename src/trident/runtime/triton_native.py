@@ -38,7 +38,7 @@ from ..abi import (  # the TritonLaunch type's codes, defined in csrc/trident_ru
     KEY_ALIGN, KEY_INT, KEY_INT_NO_ALIGN, KEY_INT_WIDTH, KEY_VALUE,
     PARAM_FP32, PARAM_FP64, PARAM_INT, PARAM_LITERAL, PARAM_POINTER,
 )  # fmt: skip
-from ..capture.triton_launches import Operand, RecordedLaunch
+from ..artifact import Operand
 from ..native_numbers import float32_bits, float_bits, int64_bits
 
 log = logging.getLogger("trident")
@@ -387,7 +387,7 @@ def site_of(called: object) -> LaunchSite | None:
 
 def describe_launch_site(site: Any) -> str:
     """One explain line for what a launch op of compiled code calls."""
-    if isinstance(site, RecordedLaunch):
+    if not hasattr(site, "variant_count"):  # no TritonLaunch: a CPU launch, whose record compiled code calls itself
         return f"Triton kernel '{site.kernel_name}': CPU tensors, run through Triton's interpreter"
     if site.disabled_reason is not None:
         return f"Triton kernel '{site.name}': through Triton's launcher ({site.disabled_reason})"
