@@ -23,14 +23,13 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.hf_generate import build_model, machine  # noqa: E402
+from benchmarks.hf_generate import build_model, machine, timed  # noqa: E402
 
 ROOM = 256  # decode steps the forward loops below may take beyond a generate
 
@@ -38,14 +37,6 @@ ROOM = 256  # decode steps the forward loops below may take beyond a generate
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _timed(fn: Callable[[], Any], device: torch.device) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
 
 
 def measure(system: str, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -68,8 +59,10 @@ def measure(system: str, args: argparse.Namespace, device: torch.device) -> dict
     with torch.no_grad():
         for _ in range(2):
             generate(args.tokens)
-        cell["ms_per_token"] = [(_timed(lambda: generate(args.tokens), device) - _timed(lambda: generate(1), device))
-                                / (args.tokens - 1) * 1e3 for _ in range(2)]
+        cell["ms_per_token"] = [
+            (timed(lambda: generate(args.tokens), device)[0] - timed(lambda: generate(1), device)[0])
+            / (args.tokens - 1) * 1e3 for _ in range(2)
+        ]
         # The forward as generate calls it: trident.jit's module class, or HF's compiled call.
         seen: list[float] = []
         last: dict[str, Any] = {}
@@ -110,8 +103,8 @@ def measure(system: str, args: argparse.Namespace, device: torch.device) -> dict
                 step()
                 _sync(device)
 
-        cell["forward_back_to_back_ms"] = _timed(back_to_back, device) / n * 1e3
-        cell["forward_synced_ms"] = _timed(synced, device) / n * 1e3
+        cell["forward_back_to_back_ms"] = timed(back_to_back, device)[0] / n * 1e3
+        cell["forward_synced_ms"] = timed(synced, device)[0] / n * 1e3
         cell["hf_loop_ms"] = (statistics.median(cell["ms_per_token"]) - cell["forward_host_us"]["median"] / 1e3
                               - cell["forward_back_to_back_ms"])
     if system == "trident_jit":
@@ -137,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in cells[-1].items() if k != "explain"}), flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print("| system | ms/token | forward host (ms) | forward back to back (ms) | forward synced (ms) | HF's loop (ms) |")
+    print("| system | ms/token | forward host (ms) | forward back to back (ms) | forward synced (ms) "
+          "| HF's loop (ms) |")
     print("|---|---|---|---|---|---|")
     for c in cells:
-        print(f"| {c['system']} | {statistics.median(c['ms_per_token']):.2f} | {c['forward_host_us']['median'] / 1e3:.2f}"
+        host_ms = c["forward_host_us"]["median"] / 1e3
+        print(f"| {c['system']} | {statistics.median(c['ms_per_token']):.2f} | {host_ms:.2f}"
               f" | {c['forward_back_to_back_ms']:.2f} | {c['forward_synced_ms']:.2f} | {c['hf_loop_ms']:.2f} |")
     if args.out:
         args.out.write_text(json.dumps({"machine": info, "argv": sys.argv[1:], "cells": cells}, indent=1))

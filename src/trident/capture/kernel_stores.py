@@ -47,6 +47,8 @@ _NO_WRITES = frozenset((
     "tt.call",  # written by its callee: handled on its own
 ))
 _TERMINATOR_SUFFIXES = (".yield", ".return", ".condition")
+# Ops whose address result comes from data (memory, or an int), not from a parameter's address: anywhere.
+_ADDRESS_FROM_DATA = ("tt.load", "tt.descriptor_load", "tt.experimental_descriptor_load", "tt.int_to_ptr")
 
 
 @dataclasses.dataclass
@@ -54,7 +56,6 @@ class _Op:
     name: str
     operands: list[int]
     results: list[int]
-    result_types: list[str]
     regions: list[int]
     block: int  # the block it is in (-1: none)
     callee: str | None = None
@@ -104,8 +105,7 @@ def _functions(module: Any) -> dict[str, _Function]:
         addresses.update(r.id() for r in results if _is_address(str(r.get_type())))
         record = _Op(
             name, [op.get_operand(i).id() for i in range(op.get_num_operands())], [r.id() for r in results],
-            [str(r.get_type()) for r in results], [op.get_region(i).id() for i in range(op.get_num_regions())],
-            block_id,
+            [op.get_region(i).id() for i in range(op.get_num_regions())], block_id,
         )  # fmt: skip
         if name == "tt.call":
             record.callee = op.get_flat_symbol_ref_attr("callee")
@@ -158,14 +158,12 @@ def _written(functions: dict[str, _Function], name: str, active: set[str], memo:
         changed = False
         for op in function.ops:
             inputs = frozenset().union(*(prov[v] for v in op.operands))
-            for result, type_text in zip(op.results, op.result_types):
+            for result in op.results:
                 if result not in function.addresses:
                     continue  # only addresses carry provenance (see the module docstring)
                 if op.name == "tt.addptr":
                     new = prov[op.operands[0]]
-                elif op.name in ("tt.load", "tt.descriptor_load", "tt.experimental_descriptor_load"):
-                    new = frozenset({UNKNOWN}) if _is_address(type_text) else frozenset()
-                elif op.name == "tt.int_to_ptr":
+                elif op.name in _ADDRESS_FROM_DATA:
                     new = frozenset({UNKNOWN})
                 else:
                     new = inputs.union(*(prov[v] for v in op.yields))

@@ -135,9 +135,14 @@ class _AnalysisFailure(logging.Filter):
             return True
         error = record.exc_info[1] if record.exc_info else None
         if self.reason is None and error is not None:
-            lines = str(error).strip().splitlines()
-            self.reason = f"{type(error).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+            self.reason = _failure(error)
         return False
+
+
+def _failure(error: BaseException) -> str:
+    """An analysis's failure in explain: the error's type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
 def kernel_writes(node: torch.fx.Node) -> KernelWrites:
@@ -177,26 +182,29 @@ def kernel_writes(node: torch.fx.Node) -> KernelWrites:
     return KernelWrites(names + [name for name in own_tensors if name not in names])
 
 
+def jit_function(kernel: Any) -> Any:
+    """The JITFunction under a kernel's Autotuner / Heuristics wrappers."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction):
+        kernel = kernel.fn
+    return kernel
+
+
 def _own_writes(kernel_idx: int, constant_args_idx: int, values: dict[str, Any], tma: Any
                 ) -> tuple[list[str] | str, bool]:
     """Trident's reading of the kernel's TTIR (kernel_stores.py) on the arguments torch's analysis gets: the
     parameters it may store through, or (why not, whether a store was found that cannot be traced)."""
-    from triton.runtime.jit import JITFunction
-
     kernel = kernel_side_table.get_kernel(kernel_idx)
     kwargs = {**values, **kernel_side_table.get_constant_args(constant_args_idx)}
     try:
         ttir, arg_names = generate_ttir(kernel, kwargs, tma)
     except Exception as e:  # noqa: BLE001 -- the TTIR cannot be made here: torch's answer stands alone
-        lines = str(e).strip().splitlines()  # said as torch's analysis says its own failure
-        return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": "), False
-    jit = kernel
-    while not isinstance(jit, JITFunction) and hasattr(jit, "fn"):  # under its Autotuner / Heuristics
-        jit = jit.fn
+        return _failure(e), False
     try:
-        answer = stored_parameters(ttir, getattr(getattr(jit, "fn", jit), "__name__", ""), list(arg_names))
+        answer = stored_parameters(ttir, jit_function(kernel).fn.__name__, list(arg_names))
     except Exception as e:  # noqa: BLE001 -- IR bindings this Triton lacks: no answer of Trident's, torch's stands
-        return f"{type(e).__name__}: {e}"[:300], False
+        return _failure(e), False
     return answer, isinstance(answer, str)
 
 
@@ -273,9 +281,7 @@ def _hash_as_compiled(twin: Any) -> None:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import DependenciesFinder, JITFunction
 
-    jit = twin
-    while not isinstance(jit, JITFunction):  # Autotuner / Heuristics wrappers
-        jit = jit.fn
+    jit = jit_function(twin)
     if jit.hash is not None:
         return
     original = DependenciesFinder.__dict__["record_reference"]
