@@ -146,7 +146,7 @@ def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:
 
 
 def replay_phases(step, tokens, caches, positions: Positions, steps: int) -> dict[str, float]:
-    """Graph replay's host time per replayed step by phase (the runtime's own timers, csrc/graph_recording.h's
+    """Graph replay's host time per replayed step by phase (the runtime's own timers, csrc/graphs/recording.h's
     ReplayTimes), with the GPU asleep as in host_us; `entry` is the rest of the host time per step, outside
     replay(): the call's Python side, the entry's guards and the specialization's selection."""
     for r in recordings(step):

@@ -231,7 +231,7 @@ class Knobs:
         parse=flag_on_unless_off, default=True, compiles=True,
         compiled_as=lambda options: options.lowers_replay_plan,
     )  # fmt: skip
-    # lowering/replay_plan.py, csrc/replay_plan.cpp.
+    # lowering/replay_plan.py, csrc/graphs/replay_plan.cpp.
     replay_plan: bool = knob(
         "TRIDENT_REPLAY_PLAN", "0",
         "every CUDA graph replay runs the host program to find what to patch (default on: a program whose changing "

@@ -1,4 +1,4 @@
-"""The native side of CUDA graph replay that a CPU can exercise (csrc/graph_replay.cpp, csrc/entry.cpp): the Entry's
+"""The native side of CUDA graph replay that a CPU can exercise (csrc/graphs/replay.cpp, csrc/entry.cpp): the Entry's
 graph bookkeeping and the GraphRecording type's refusals. Recording and replaying themselves need a GPU
 (tests/e2e/test_cuda_graphs.py)."""
 from __future__ import annotations

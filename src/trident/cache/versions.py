@@ -61,7 +61,7 @@ def distribution_version(distribution: str, package: str) -> str:
 def trident_source_digest() -> str:
     """Hash of Trident's own sources: the compiler (Python) and the runtime (C++ header and sources)."""
     digest = hashlib.blake2b(digest_size=16)
-    files = sorted(_TRIDENT_DIR.rglob("*.py")) + sorted((_TRIDENT_DIR / "csrc").glob("*.[ch]*"))
+    files = sorted(_TRIDENT_DIR.rglob("*.py")) + sorted((_TRIDENT_DIR / "csrc").rglob("*.[ch]*"))
     for path in files:
         digest.update(str(path.relative_to(_TRIDENT_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

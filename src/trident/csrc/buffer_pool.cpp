@@ -20,7 +20,7 @@
  */
 #include "matmul_plan.h"
 #include "runtime_internal.h"
-#include "graph_replay.h"
+#include "graphs/replay.h"
 #include "typed_ops_support.h"
 
 #include <vector>
@@ -376,7 +376,7 @@ static int32_t pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, 
   }
 }
 
-// While a CUDA graph records or replays (graph_replay.h), each pooled allocation or matmul is one opaque step:
+// While a CUDA graph records or replays (graphs/replay.h), each pooled allocation or matmul is one opaque step:
 // its arguments as (tag, value) pairs, and a runner that decodes them back.
 
 int32_t run_pool_empty(const void* pool, const int64_t* a, int64_t, AtenTensorHandle* rets, int64_t) {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "runtime_internal.h"
-#include "graph_policy.h"
-#include "graph_replay.h"
+#include "graphs/policy.h"
+#include "graphs/replay.h"
 
 #include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
 
@@ -34,10 +34,10 @@ struct Spec {
   PyObject* context;    // strong: owns *ctx
   PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
   uint64_t hits;
-  // CUDA graph replay (graph_replay.h): the recordings tried in turn, most recently replayed first (a list, strong,
+  // CUDA graph replay (graphs/replay.h): the recordings tried in turn, most recently replayed first (a list, strong,
   // or NULL before the first); a hit no recording matches runs directly and counts as a graph miss.
   PyObject* graphs;
-  GraphPolicy policy;  // when it replays and records (graph_policy.h)
+  GraphPolicy policy;  // when it replays and records (graphs/policy.h)
 };
 
 struct EntryState {

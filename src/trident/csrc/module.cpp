@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
-#include "graph_replay.h"
+#include "graphs/replay.h"
 #include "private_views.h"
 
 namespace {

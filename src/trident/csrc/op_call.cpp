@@ -7,7 +7,7 @@
  * thread-local error slot with the Python exception kind eager PyTorch would have raised.
  */
 #include "runtime_internal.h"
-#include "graph_replay.h"
+#include "graphs/replay.h"
 
 #include <cstring>
 #include <string>
@@ -194,7 +194,7 @@ bool graph_returns(const c10::FunctionSchema& schema, uint64_t* scalars) {
 
 int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
 
-// While a CUDA graph records or replays (graph_replay.h): one opaque step, unless the operator only makes views.
+// While a CUDA graph records or replays (graphs/replay.h): one opaque step, unless the operator only makes views.
 int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
   try {
     const auto& handle = *static_cast<const c10::OperatorHandle*>(op);

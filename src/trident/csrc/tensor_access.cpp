@@ -9,7 +9,7 @@
  * misses and Python decides what to do with them.
  */
 #include "runtime_internal.h"
-#include "graph_replay.h"
+#include "graphs/replay.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
@@ -162,7 +162,7 @@ TRIDENT_API int64_t trident_tensor_data_address(AtenTensorHandle t) {
 TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t) {
   // NULL is how trident_op_call reports a None/undefined return; it maps back to None.
   if (t == nullptr) Py_RETURN_NONE;
-  // A replayed CUDA graph's result in graph memory goes to the caller as a fresh tensor (graph_replay.h).
+  // A replayed CUDA graph's result in graph memory goes to the caller as a fresh tensor (graphs/replay.h).
   if (trident::graphs::active != nullptr && !trident::graphs::result_for_caller(t, &t)) return nullptr;
   try {
     return THPVariable_Wrap(tensor_of(t));

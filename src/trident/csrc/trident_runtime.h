@@ -281,7 +281,7 @@ TRIDENT_API void trident_tensor_delete(AtenTensorHandle t);
 /* The Python tensor for `t` (the same object if the tensor already has one, as for in-place results).
  * Does not take ownership of the handle. A NULL handle gives None. */
 TRIDENT_API PyObject* trident_wrap_tensor(AtenTensorHandle t);
-/* While a replay plan builds a CUDA graph replay's result (csrc/replay_plan.cpp): the k-th tensor the host
+/* While a replay plan builds a CUDA graph replay's result (csrc/graphs/replay_plan.cpp): the k-th tensor the host
  * program hands the caller, as the plan learned it (borrowed; NULL for None or outside such a build). */
 TRIDENT_API AtenTensorHandle trident_graph_output(int64_t k);
 TRIDENT_API PyObject* trident_new_ref(PyObject* obj);

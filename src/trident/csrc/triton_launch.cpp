@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
-#include "graph_replay.h"
+#include "graphs/replay.h"
 
 namespace {
 
@@ -57,7 +57,7 @@ struct CudaApi {
 
 CudaApi cuda;  // written once by init_cuda under the GIL; read by launches (GIL held)
 PyObject* launch_error_type = nullptr;  // strong reference, set by init_cuda
-bool graph_driver_ready = false;  // the driver has what CUDA graph replay needs (graph_replay.cpp)
+bool graph_driver_ready = false;  // the driver has what CUDA graph replay needs (graphs/replay.cpp)
 // The lists behind Triton's launch enter/exit HookChains (watch_launch_hooks; strong references, or null).
 // A profiler that adds a hook after a site went native must still see every launch, so each native launch
 // looks at them (two list sizes) and hands the launch to Triton's launcher, which calls the hooks, while one

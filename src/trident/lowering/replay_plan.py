@@ -1,6 +1,6 @@
 """The replay plan: a CUDA graph replay that does not run the host program (docs/design.md, "The replay plan").
 
-A recorded graph's nodes take their parameters from the host program's steps (csrc/graph_replay.cpp): the
+A recorded graph's nodes take their parameters from the host program's steps (csrc/graphs/replay.cpp): the
 Triton launches and the opaque operators, in program order. Most of what a step gets cannot change between
 calls that pass the guards: constants, and tensors the program made, which a replay hands out from the
 recording at fixed addresses, through views with constant parameters. What can change is few values: ints and
@@ -12,7 +12,7 @@ This pass finds, from torch-dialect IR, every step operand that can change and l
 program and the data addresses of the argument tensors the steps read, one 64-bit word each. With a non-null
 `result` it also builds the call's result as the host program would, from the results the recording keeps
 (trident_graph_output). The plan (artifact.ReplayPlan) says, per step in program order, which of its runtime
-arguments is which word; the runtime (csrc/replay_plan.cpp) learns the rest from replays of the host program
+arguments is which word; the runtime (csrc/graphs/replay_plan.cpp) learns the rest from replays of the host program
 and proves the plan against them before it uses it.
 
 A view of an argument whose parameters change with the call (table[pos : pos + 1]) is made by the words function

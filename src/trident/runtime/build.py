@@ -1,4 +1,4 @@
-"""Build the native runtime (src/trident/csrc/*.cpp) into one shared object, once per torch/Python/source.
+"""Build the native runtime (src/trident/csrc/**/*.cpp) into one shared object, once per torch/Python/source.
 
 The shared object is both a CPython extension module (the Entry and Context types) and the library whose C
 ABI generated code calls (`runtime_library_path()` goes into the ExecutionEngine's shared_libs). It lives
@@ -67,7 +67,12 @@ def _link_libs() -> tuple[str, ...]:
 
 
 def _sources() -> list[Path]:
-    return sorted(CSRC_DIR.glob("*.cpp"))
+    return sorted(CSRC_DIR.rglob("*.cpp"))
+
+
+def _object_name(source: Path) -> str:
+    inside = source.relative_to(CSRC_DIR) if source.is_relative_to(CSRC_DIR) else Path(source.name)
+    return "_".join(inside.with_suffix("").parts)
 
 
 def _generated_sources() -> dict[str, str]:
@@ -83,8 +88,8 @@ def _abi_define() -> str:
 def _build_dir() -> Path:
     """The cache folder for this (torch, Python, sources, flags) combination."""
     digest = hashlib.sha256()
-    for path in sorted(CSRC_DIR.glob("*.cpp")) + sorted(CSRC_DIR.glob("*.h")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(CSRC_DIR.rglob("*.cpp")) + sorted(CSRC_DIR.rglob("*.h")):
+        digest.update(path.relative_to(CSRC_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     for name, text in _generated_sources().items():  # these depend on the installed torch's schemas
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     # Everything else that changes the binary: the command template and which torch it links against.
@@ -162,7 +167,8 @@ def _build(target: Path) -> None:
         for name, text in _generated_sources().items():
             (Path(work) / name).write_text(text)
             sources.append(Path(work) / name)
-        objects = [str(Path(work) / (src.stem + ".o")) for src in sources]
+        # One object per source, named by its path under csrc/ (graphs/replay.cpp -> graphs_replay.o).
+        objects = [str(Path(work) / (_object_name(src) + ".o")) for src in sources]
         commands = [[*compile_base, "-c", str(src), "-o", obj] for src, obj in zip(sources, objects)]
         workers = max(1, min(len(commands), os.cpu_count() or 1))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:

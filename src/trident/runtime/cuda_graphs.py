@@ -3,7 +3,7 @@
 A specialization whose calls are stable (its RECORD_AT_HIT-th native hit: buffer pools and matmul plans
 settled) is recorded as a CUDA graph; from then on a hit runs its host program natively in replay mode —
 guards, sizes, grids and pointers computed as before, Triton kernel nodes patched where their parameters
-changed, opaque operators checked against the recording — and launches the graph once (csrc/graph_replay.cpp
+changed, opaque operators checked against the recording — and launches the graph once (csrc/graphs/replay.cpp
 has the mechanism). A replay that diverges runs the call directly; nothing is ever launched from a graph the
 call does not match.
 
@@ -13,7 +13,7 @@ the call is replayed from the new graph, and its results and written state must 
 difference keeps the direct run's state and results and no graph for that specialization. A hit that matches
 no recording (sizes of a symbolic specialization that differ, an input too large to stage that moved) runs
 directly and may record another graph, up to four per specialization, the least recently replayed replaced; a
-recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/graph_policy.h,
+recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/graphs/policy.h,
 GraphPolicy). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why there is
 none and when the next try is.
 """
@@ -232,7 +232,7 @@ def _prove(entry: Any, index: int, slots: tuple[object, ...], recording: Any,
 
 
 def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | NoReplayPlan) -> str:
-    """explain's line on a recording's replay plan (csrc/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is off."""
+    """explain's line on a recording's replay plan (csrc/graphs/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is off."""
     if state is None:
         if isinstance(plan, ReplayPlan) or plan.by_knob:
             return ""

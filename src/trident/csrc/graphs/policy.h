@@ -1,6 +1,6 @@
 /*
- * graph_policy.h — when a specialization replays its CUDA graph recordings and when it asks the recorder for a
- * new one (the entry's side of graph replay; recording and replaying: graph_recording.cpp, graph_replay.cpp,
+ * graphs/policy.h — when a specialization replays its CUDA graph recordings and when it asks the recorder for a
+ * new one (the entry's side of graph replay; recording and replaying: graphs/recording.cpp, graphs/replay.cpp,
  * runtime/cuda_graphs.py).
  *
  * At most kMaxRecordings recordings are kept (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per

@@ -1,5 +1,5 @@
 /*
- * graph_scalars.cpp — host scalars that change every call (the position), written into a graph by memset nodes
+ * graphs/scalars.cpp — host scalars that change every call (the position), written into a graph by memset nodes
  * that a replay patches, instead of diverging.
  *
  * An ATen kernel takes its scalar operands by parameter, which no patch may follow (the kernel's parameters are
@@ -29,7 +29,7 @@
  * diverges when it does not convert or gives another length (the direct call then does what eager does: raise
  * for a fill that overflows or an arange whose bounds contradict its step).
  */
-#include "graph_recording.h"
+#include "graphs/recording.h"
 #include "typed_ops_support.h"  // scalar(): a Scalar argument as operators get it
 
 #include <cmath>

@@ -1,9 +1,9 @@
 /*
- * graph_signature.cpp — what an opaque step's work depends on besides memory contents: the signature a recording
+ * graphs/signature.cpp — what an opaque step's work depends on besides memory contents: the signature a recording
  * keeps of its inputs and a replay compares (tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by
  * value), why two differ (for explain), and the bytes a tensor reaches (what staging copies, what a result covers).
  */
-#include "graph_recording.h"
+#include "graphs/recording.h"
 
 #include <algorithm>
 #include <cstring>

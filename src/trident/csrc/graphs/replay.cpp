@@ -1,5 +1,5 @@
 /*
- * graph_replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
+ * graphs/replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
  *
  * Recording. runtime/cuda_graphs.py routes the thread's allocations to a private memory pool of torch's caching
  * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime
@@ -13,7 +13,7 @@
  *    memory, the operator works on the copy, and a second memcpy node copies it back when the operator writes it
  *    (contiguous ones only); both follow the argument when it moves. An in-place operator's result that is such
  *    an argument is the argument itself. A host scalar that changes (a fill's value, the integer operand of
- *    arithmetic) is written by memset nodes a replay patches (graph_scalars.cpp).
+ *    arithmetic) is written by memset nodes a replay patches (graphs/scalars.cpp).
  * Views make no device work and run as usual in both modes.
  *
  * Replay. replay() runs the host program again with `active` set: every Triton step computes its launch as
@@ -23,14 +23,14 @@
  * launch that needs Triton's launcher, a different step order — diverges: the host program stops, nothing
  * has been launched, and the entry runs the call directly. Only then is the graph launched on torch's
  * current stream, and results that live in graph memory are copied into fresh tensors for the caller. A recording
- * with a replay plan that has proven itself replays without the host program (replay_plan.cpp).
+ * with a replay plan that has proven itself replays without the host program (graphs/replay_plan.cpp).
  *
- * The Recording (graph_recording.h; its Python type: graph_recording.cpp) owns what a graph holds for good: the
+ * The Recording (graphs/recording.h; its Python type: graphs/recording.cpp) owns what a graph holds for good: the
  * graph and its instantiation, node parameters, its results and staging buffers (their memory is the pool's,
- * which its Python keepalive releases after them). Input signatures: graph_signature.cpp; host scalars followed
- * by memset nodes: graph_scalars.cpp.
+ * which its Python keepalive releases after them). Input signatures: graphs/signature.cpp; host scalars followed
+ * by memset nodes: graphs/scalars.cpp.
  */
-#include "graph_recording.h"
+#include "graphs/recording.h"
 
 #include <algorithm>
 #include <chrono>
@@ -254,7 +254,7 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
     return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
   }
-  // A host scalar memset nodes can follow (graph_scalars.cpp) is left out of the signature.
+  // A host scalar memset nodes can follow (graphs/scalars.cpp) is left out of the signature.
   const HostScalar scalar = host_scalar(name, args, nargs);
   std::vector<int64_t> scalar_signature;
   CUgraphNode before = nullptr;
@@ -423,7 +423,7 @@ bool resolve_driver(void* libcuda) {
                      trident::resolve(libcuda, "cuGraphExecDestroy", &d.destroy_exec) &&
                      trident::resolve(libcuda, "cuGraphDestroy", &d.destroy_graph);
   // Optional: without them a host scalar that changes (a fill, an integer operand) diverges, as any opaque
-  // step whose inputs differ (graph_scalars.cpp).
+  // step whose inputs differ (graphs/scalars.cpp).
   d.memsets = trident::resolve(libcuda, "cuMemsetD8Async", &d.memset_d8) &&
             trident::resolve(libcuda, "cuMemsetD16Async", &d.memset_d16) &&
             trident::resolve(libcuda, "cuMemsetD32Async", &d.memset_d32) &&

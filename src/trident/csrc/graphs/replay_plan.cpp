@@ -1,5 +1,5 @@
 /*
- * replay_plan.cpp — replaying a recorded CUDA graph without running the host program (lowering/replay_plan.py
+ * graphs/replay_plan.cpp — replaying a recorded CUDA graph without running the host program (lowering/replay_plan.py
  * says what a plan is and when a program has one).
  *
  * A replay through the host program recomputes every step's arguments and compares them with the recording. Most
@@ -21,7 +21,7 @@
  *    that moved where it may not) replays through the host program instead, which then diverges or patches as it
  *    always did.
  */
-#include "graph_recording.h"
+#include "graphs/recording.h"
 
 #include <cstring>
 #include <string>

@@ -1,12 +1,12 @@
 /*
- * graph_recording.h — what a CUDA graph recording holds (internal): the driver entry points graphs use, the
+ * graphs/recording.h — what a CUDA graph recording holds (internal): the driver entry points graphs use, the
  * recorded steps and the Recording object itself. Shared by the engine that records and replays steps
- * (graph_replay.cpp) and the Recording's Python type (graph_recording.cpp).
+ * (graphs/replay.cpp) and the Recording's Python type (graphs/recording.cpp).
  */
 #ifndef TRIDENT_GRAPH_RECORDING_H
 #define TRIDENT_GRAPH_RECORDING_H
 
-#include "graph_replay.h"
+#include "graphs/replay.h"
 
 #include <deque>
 #include <functional>
@@ -83,7 +83,7 @@ struct Driver {
   CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
   CUresult (*destroy_exec)(CUgraphExec) = nullptr;
   CUresult (*destroy_graph)(CUgraph) = nullptr;
-  // host scalars (graph_scalars.cpp)
+  // host scalars (graphs/scalars.cpp)
   CUresult (*memset_d8)(uint64_t, unsigned char, size_t, CUstream) = nullptr;
   CUresult (*memset_d16)(uint64_t, unsigned short, size_t, CUstream) = nullptr;
   CUresult (*memset_d32)(uint64_t, unsigned, size_t, CUstream) = nullptr;
@@ -97,7 +97,7 @@ struct Driver {
   bool memsets = false;  // all of the host scalars' entry points resolved (CUDA 12.3 and later)
 };
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-extern Driver driver;  // resolved by resolve_driver (graph_replay.cpp)
+extern Driver driver;  // resolved by resolve_driver (graphs/replay.cpp)
 
 // --- Steps ------------------------------------------------------------------------------------------------
 
@@ -129,7 +129,7 @@ struct SharedCopy {
 };
 
 // A host scalar argument that changes, followed by the recording instead of being part of the step's signature
-// (graph_scalars.cpp): a fill's value (aten::full at the position; memset nodes write the result after the
+// (graphs/scalars.cpp): a fill's value (aten::full at the position; memset nodes write the result after the
 // operator, whose own fill kernel is disabled in the instantiated graph), the int operand of integer arithmetic
 // and an integral arange's start and step (memset nodes write a 0-dim stand-in that the operators recorded in its
 // place read), or an arange's end (no node: it decides the length, which must stay the recorded one).
@@ -196,7 +196,7 @@ struct ReturnedSpan {
   int64_t begin = 0, end = 0;  // bytes from the storage's start
 };
 
-// --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
+// --- The replay plan (graphs/replay_plan.cpp) ----------------------------------------------------------------------
 
 // One recorded step as the plan sees it: which of its arguments is which word (from the compiler), and what the
 // first replay through the host program showed of the rest (learned).
@@ -272,7 +272,7 @@ struct Recording {
 inline Recording* as_recording(PyObject* obj) { return reinterpret_cast<Recording*>(obj); }
 inline const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<const at::Tensor*>(value); }
 
-// --- Signatures (graph_signature.cpp) ------------------------------------------------------------------------
+// --- Signatures (graphs/signature.cpp) ------------------------------------------------------------------------
 
 // The signature of an operator's inputs (tag words, then per argument what its work depends on besides memory
 // contents); false when an argument is a tensor a graph cannot stand for (a CPU tensor with more than one element
@@ -294,7 +294,7 @@ void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end);
 // the stream is not capturing or the next operation would depend on more or fewer nodes than one.
 bool last_node(CUstream stream, CUgraphNode* node);
 
-// --- Host scalars (graph_scalars.cpp) -----------------------------------------------------------------------
+// --- Host scalars (graphs/scalars.cpp) -----------------------------------------------------------------------
 
 // Which host scalar arguments of operator `name` a recording may follow, and how.
 struct HostScalar {
@@ -330,7 +330,7 @@ bool replay_followed_scalars(Recording* rec, Step* step);
 void disable_superseded_fills(Recording* rec);
 inline const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
-// --- Shared by replays with and without the host program (graph_replay.cpp) ----------------------------------
+// --- Shared by replays with and without the host program (graphs/replay.cpp) ----------------------------------
 
 // Points a staged input's memcpy nodes at the argument's address now (nothing to do when it did not move); false
 // when the driver refused.
@@ -343,7 +343,7 @@ ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyOb
                             int64_t started, int64_t ran);
 int64_t now_ns();
 
-// --- The replay plan (replay_plan.cpp) ----------------------------------------------------------------------
+// --- The replay plan (graphs/replay_plan.cpp) ----------------------------------------------------------------------
 
 // Whether this replay of a recording whose plan is on goes through the host program to prove the plan once more.
 bool proof_due(const Plan* plan);

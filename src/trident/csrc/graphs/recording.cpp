@@ -1,9 +1,9 @@
 /*
- * graph_recording.cpp — the Python type of a CUDA graph recording (trident.runtime.GraphRecording): making one,
+ * graphs/recording.cpp — the Python type of a CUDA graph recording (trident.runtime.GraphRecording): making one,
  * starting and ending the stream capture that records it (runtime/cuda_graphs.py drives these), what it reports
  * to Python, and releasing the graph and its memory.
  */
-#include "graph_recording.h"
+#include "graphs/recording.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -194,7 +194,7 @@ PyObject* recording_times(PyObject* self, void*) {
 }
 
 // set_plan(words_fn: int, words: int, outputs: int, steps: [(kernel, [(argument, word)])]): replay without the
-// host program once the plan is learned and proven (replay_plan.cpp); artifact.ReplayPlan has the layout. A plan
+// host program once the plan is learned and proven (graphs/replay_plan.cpp); artifact.ReplayPlan has the layout. A plan
 // whose steps are not the recording's is kept off, with the reason.
 PyObject* recording_set_plan(PyObject* self, PyObject* args) {
   Recording* rec = as_recording(self);

@@ -1,8 +1,8 @@
 /*
- * graph_replay.h — recording a specialization's host program as a CUDA graph, and replaying it (internal).
+ * graphs/replay.h — recording a specialization's host program as a CUDA graph, and replaying it (internal).
  *
  * A recording is made by running the compiled host program once while torch's current stream captures
- * (graph_replay.cpp says how, and runtime/cuda_graphs.py when). A replay runs the same host program again,
+ * (graphs/replay.cpp says how, and runtime/cuda_graphs.py when). A replay runs the same host program again,
  * natively, but in replay mode: every runtime function that would do device work instead checks that its
  * work is the recorded work, or patches the graph where it can, and nothing is launched until the host
  * program finished; then the entry launches the whole graph once. The runtime functions call the hooks
@@ -36,7 +36,7 @@ int32_t opaque_step(const void* identity, const char* name, const int64_t* args,
                     uint64_t scalar_results = 0);
 
 // A replay plan's compiled function (lowering/replay_plan.py): computes the words that can change between calls;
-// with a non-null result it also builds the call's result from the tensors the plan learned (replay_plan.cpp).
+// with a non-null result it also builds the call's result from the tensors the plan learned (graphs/replay_plan.cpp).
 using WordsFn = int32_t (*)(TridentSpecContext* ctx, PyObject* const* slots, int64_t* words, PyObject** result);
 
 // A native Triton launch, prepared by triton_launch.cpp (everything cuLaunchKernel takes).
@@ -79,7 +79,7 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
 // The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.
 bool resolve_driver(void* libcuda);
 
-// The Recording's Python type (graph_recording.cpp; module.cpp adds it to the module) and the entry's replay
+// The Recording's Python type (graphs/recording.cpp; module.cpp adds it to the module) and the entry's replay
 // (entry.cpp).
 extern PyTypeObject RecordingType;
 bool ready_recording_type();
