@@ -122,7 +122,7 @@ def aten_profile(step, tokens, caches, positions: Positions, steps: int) -> list
 
 def recordings(step) -> list[Any]:
     entry = step._trident.entry
-    return [r for index in range(len(step._trident.specializations)) for r in entry.graphs(index)["recordings"]]
+    return [r for index in range(len(step._trident.specializations)) for r in entry.graphs(index).recordings]
 
 
 def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:

@@ -394,8 +394,12 @@ def run_trident(work: Workload, graphs: bool = False) -> tuple[dict[str, Any], C
         result["notes"] += f", OPAQUE: {', '.join(opaque)}"
     if graphs:
         graphs = [state.entry.graphs(s.index) for s in state.specializations]
-        result["graphs"] = [{**g, "recordings": [r.counts for r in g["recordings"]]} for g in graphs]
-        result["notes"] += f", {sum(g['replays'] for g in graphs)} graph replay(s)"
+        fields = ("replays", "misses", "pauses", "recordings_tried", "paused_until_hit", "record_after_hit",
+                  "never_record", "refusal")  # fmt: skip
+        result["graphs"] = [{**{f: getattr(g, f) for f in fields}, "hits": hits,
+                             "recordings": [r.counts for r in g.recordings]}
+                            for g, hits in zip(graphs, state.entry.hits())]  # fmt: skip
+        result["notes"] += f", {sum(g.replays for g in graphs)} graph replay(s)"
     return result, checks
 
 

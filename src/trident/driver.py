@@ -32,6 +32,7 @@ from .capture.trace import Dynamism, Trace, capture_failure, is_tracing, trace_f
 from .eager import call_eagerly
 from .fallback import EagerFallbacks, report_fallback
 from .frames import user_stacklevel
+from .graphs.recorder import GraphRecorder
 from .guards.build import guard_set
 from .guards.guard_set import GuardSet, describe_guards, first_failure
 from .guards.int64_ranges import int64_overflow
@@ -41,7 +42,6 @@ from .lowering.pipeline import compile_specialization
 from .lowering.pooled_allocations import describe_pool
 from .lowering.symbolic_ints import SCALAR_LOWERING
 from .native_numbers import fits_int64, float_bits
-from .runtime import cuda_graphs
 from .runtime.specialization import CompiledSpecialization, instantiate
 from .runtime.triton_native import describe_launch_site
 from .specialization import Specialization
@@ -116,8 +116,8 @@ class JitFunction:
         self._entry: object | None = None
         self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (to take a call slot)
         self.specializations: list[Specialization] = []
-        # The entry's graph recorder, and why a specialization has no graph (runtime/cuda_graphs.py).
-        self.graphs = cuda_graphs.GraphRecorder(lambda index: self.specializations[index].compiled)
+        # The entry's graph recorder (graphs/recorder.py).
+        self.graphs = GraphRecorder(lambda index: self.specializations[index].compiled)
         if runtime_loaded():
             self.make_entry()
         self.dynamism = Dynamism()
@@ -176,8 +176,8 @@ class JitFunction:
 
     def use_cuda_graphs(self, on: bool) -> None:
         """Record and replay CUDA graphs for this function's specializations (TRIDENT_CUDA_GRAPHS=1 turns it on
-        for every function; runtime/cuda_graphs.py). Off drops no graph already recorded."""
-        self.entry.set_graph_recorder(self.graphs if on else None, cuda_graphs.RECORD_AT_HIT)
+        for every function; graphs/recorder.py). Off drops no graph already recorded."""
+        self.entry.set_graph_recorder(self.graphs if on else None)
 
     # -- the miss path ----------------------------------------------------------------------------------------
     @functools.cached_property

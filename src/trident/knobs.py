@@ -222,7 +222,7 @@ class Knobs:
         "TRIDENT_OPAQUE_OPS", "ns::op,...", "these ops stay opaque (also `trident.keep_opaque(...)`)",
         parse=comma_names, default=frozenset(), compiles=True,
     )  # fmt: skip
-    # runtime/cuda_graphs.py. A compile depends on it only through whether a replay plan is lowered.
+    # graphs/recorder.py. A compile depends on it only through whether a replay plan is lowered.
     cuda_graphs: bool = knob(
         "TRIDENT_CUDA_GRAPHS", "0",
         "no CUDA graph replay (default on: from its third hit, each CUDA specialization replays as one CUDA graph "

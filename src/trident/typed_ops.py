@@ -24,6 +24,8 @@ import re
 
 import torch
 
+from trident.graphs.steps import makes_no_step
+
 # Operators that typical inference host programs call (after make_fx's decompositions).
 TYPED_OPS = (
     "add.Tensor", "add.Scalar", "add_.Tensor", "add_.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
@@ -178,7 +180,7 @@ def _function(name: str, overload: str, schema: str, below_autograd: bool = Fals
         lines += [f"    rets[{k}] = own(std::get<{k}>(r));" for k in range(len(returns))]
     body = "\n".join(lines)
     entry = symbol(name, overload) + (BELOW_AUTOGRAD if below_autograd else "")
-    if below_autograd or qualified in VIEW_OPS:  # no device work: recorded graphs run them as they are
+    if below_autograd or makes_no_step(torch._C._get_schema(f"aten::{name}", overload)):  # recordings run it as it is
         return (
             f"TRIDENT_API int32_t {entry}(const int64_t* args, AtenTensorHandle* rets) {{\n"
             f"  try {{\n{body}\n    return TRIDENT_OK;\n  }} catch (...) {{\n"

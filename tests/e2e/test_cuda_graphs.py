@@ -1,4 +1,4 @@
-"""CUDA graph replay (on unless TRIDENT_CUDA_GRAPHS=0, runtime/cuda_graphs.py): the decode benchmark's tiny models replayed
+"""CUDA graph replay (on unless TRIDENT_CUDA_GRAPHS=0, graphs/recorder.py): the decode benchmark's tiny models replayed
 as graphs must give the direct native path's bits, step after step, with positions that change every call.
 
 Each test builds two jitted copies of one step on separate but equal caches: one with graphs on, one without,
@@ -19,7 +19,7 @@ from helpers_native import assert_native
 import trident
 import trident.dynamo
 from trident.knobs import override
-from trident.runtime import cuda_graphs
+from trident.graphs.recorder import RECORD_AT_HIT
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -33,7 +33,7 @@ gpu = pytest.mark.gpu
 
 def graph_of(step: object, index: int) -> object:
     """The specialization's most recently replayed recording, or None."""
-    recordings = step._trident.entry.graphs(index)["recordings"]  # type: ignore[attr-defined]
+    recordings = step._trident.entry.graphs(index).recordings  # type: ignore[attr-defined]
     return recordings[0] if recordings else None
 
 
@@ -82,8 +82,8 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
     # Hits 1-2 run directly, the 3rd records and proves; every later hit replays (positions only patch nodes),
     # except the first call of a position Triton specializes anew (== 1, % 16 == 0), which needs Triton's
     # launcher to compile that variant: it runs directly, and later replays patch the new variant in.
-    assert graphs["replays"] + graphs["misses"] == hits - cuda_graphs.RECORD_AT_HIT, text
-    assert graphs["misses"] <= 4 and len(graphs["recordings"]) == 1 and graphs["pauses"] == 0, text
+    assert graphs.replays + graphs.misses == hits - RECORD_AT_HIT, text
+    assert graphs.misses <= 4 and len(graphs.recordings) == 1 and graphs.pauses == 0, text
     assert recording.counts["patched_nodes"] > 0, text  # positions and the moving tokens reached it by patches
     assert "CUDA graph:" in text and "replay(s)" in text, text
     if plan:
@@ -91,7 +91,7 @@ def test_decode_step_replays_the_direct_paths_bits(model_name: str, pos_kind: st
         # without the host program: every later replay but those of a new kernel variant.
         state = recording.plan
         assert state is not None and state["state"] == "on", text
-        assert state["fallbacks"] <= 4 and state["replays"] >= graphs["replays"] - 4 - state["fallbacks"], text
+        assert state["fallbacks"] <= 4 and state["replays"] >= graphs.replays - 4 - state["fallbacks"], text
         assert "replay plan: on" in text, text
         # A node whose changing values are those it was computed from (a weight's address, a cache that did not
         # move) is not computed again: only what the position and the new tokens reach is.
@@ -120,23 +120,23 @@ def test_a_large_input_that_moves_is_recorded_again_after_a_backoff_and_replay_p
     for x in xs:
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
     graphs = entry.graphs(0)
-    assert len(graphs["recordings"]) == 1 and graphs["replays"] == 0, trident.explain(with_graphs)
-    assert graphs["record_after_hit"] == cuda_graphs.RECORD_AT_HIT - 1 + 16, graphs  # a recording that never replayed
-    assert "moved (a tensor at another address)" in graphs["recordings"][-1].failure
-    recorded = xs[cuda_graphs.RECORD_AT_HIT - 1]  # the input of the first recording call
+    assert len(graphs.recordings) == 1 and graphs.replays == 0, trident.explain(with_graphs)
+    assert graphs.record_after_hit == RECORD_AT_HIT - 1 + 16, graphs  # a recording that never replayed
+    assert "moved (a tensor at another address)" in graphs.recordings[-1].failure
+    recorded = xs[RECORD_AT_HIT - 1]  # the input of the first recording call
     for _ in range(3):
         torch.testing.assert_close(with_graphs(recorded, w), f(recorded, w), rtol=0, atol=0)
-    assert entry.graphs(0)["replays"] == 3
+    assert entry.graphs(0).replays == 3
     moving = [torch.randn(512, 256, device="cuda") for _ in range(30)]
     for x in moving:
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
     graphs = entry.graphs(0)
     # The first of these calls is recorded at once (the recording before it had replayed); the next would wait
     # for the backoff, and replay paused once misses passed replays + 16.
-    assert graphs["recordings_tried"] == 2 and len(graphs["recordings"]) == 2 and graphs["pauses"] == 1, graphs
+    assert graphs.recordings_tried == 2 and len(graphs.recordings) == 2 and graphs.pauses == 1, graphs
     for x in (recorded, moving[0]):  # both recordings still replay what they fit
         torch.testing.assert_close(with_graphs(x, w), f(x, w), rtol=0, atol=0)
-    assert entry.graphs(0)["replays"] == 5, trident.explain(with_graphs)
+    assert entry.graphs(0).replays == 5, trident.explain(with_graphs)
     assert_native(with_graphs, hits=8 + 3 + 30 + 2, compiles=1)
 
 
@@ -179,7 +179,7 @@ def test_a_program_drawing_random_numbers_gets_no_graph_and_leaves_torchs_genera
 
     with_graphs = jitted(f, True)
     x = torch.zeros(4096, device="cuda")
-    outs = [with_graphs(x) for _ in range(cuda_graphs.RECORD_AT_HIT + 2)]
+    outs = [with_graphs(x) for _ in range(RECORD_AT_HIT + 2)]
     assert all(not torch.equal(a, b) for a, b in zip(outs, outs[1:]))  # fresh numbers every call
     assert graph_of(with_graphs, 0) is None
     assert "CUDA graph: none (capture failed" in trident.explain(with_graphs)
@@ -206,7 +206,7 @@ def test_an_operator_that_synchronizes_invalidates_only_its_own_capture() -> Non
 
     with_graphs = jitted(f, True)
     x = torch.ones(256, device="cuda")
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 2):
+    for _ in range(RECORD_AT_HIT + 2):
         assert torch.equal(with_graphs(x), f(x))
     assert graph_of(with_graphs, 0) is None
     assert "CUDA graph: none (capture failed" in trident.explain(with_graphs)
@@ -227,7 +227,7 @@ def test_results_sharing_graph_memory_still_share_it_and_are_never_overwritten()
     x = torch.empty(8, 128, device="cuda")  # refilled in place: the same address every call
     with_graphs, direct = jitted(f, True), jitted(f, False)
     held = []
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 5):
+    for _ in range(RECORD_AT_HIT + 5):
         x.copy_(torch.randn(8, 128, device="cuda"))
         got, want = with_graphs(x, w), direct(x, w)
         assert all(same_bits(a, b) for a, b in zip(got, want))
@@ -296,7 +296,7 @@ def test_an_operator_returning_ints_beside_its_tensors_replays(form: str) -> Non
     q, k, v = (torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     mask = torch.zeros(1, 1, 16, 16, device="cuda", dtype=torch.bfloat16)
     with_graphs, direct = jitted(f, True), jitted(f, False)
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 4):
+    for _ in range(RECORD_AT_HIT + 4):
         assert same_bits(with_graphs(q, k, v, mask), direct(q, k, v, mask))
     calls = with_graphs._trident.specializations[0].compiled.aten_calls  # type: ignore[attr-defined]
     assert any(op in c for c in calls for op in ("cudnn_attention", "efficient_attention", "flash_attention")), calls
@@ -393,11 +393,11 @@ def test_aranges_that_follow_the_position_replay_with_their_start_and_step_patch
     last = len(specs) - 1
     graphs = with_graphs._trident.entry.graphs(last)  # type: ignore[attr-defined]
     text = trident.explain(with_graphs)
-    assert len(graphs["recordings"]) == 1, text
-    counts = graphs["recordings"][0].counts
+    assert len(graphs.recordings) == 1, text
+    counts = graphs.recordings[0].counts
     assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
     assert counts["host_scalars"] == 5, counts  # the start of each, the step of the two with one
-    assert (graphs["recordings"][0].plan is not None and graphs["recordings"][0].plan["state"] == "on") == plan, text
+    assert (graphs.recordings[0].plan is not None and graphs.recordings[0].plan["state"] == "on") == plan, text
 
 
 @gpu
@@ -418,8 +418,8 @@ def test_an_arange_whose_length_follows_the_position_diverges_rather_than_replay
     entry, specs = with_graphs._trident.entry, with_graphs._trident.specializations  # type: ignore[attr-defined]
     graphs = [entry.graphs(index) for index in range(len(specs))]
     text = trident.explain(with_graphs)
-    assert sum(g["replays"] for g in graphs) >= 20, text
-    failures = [r.failure for g in graphs for r in g["recordings"] if r.failure]
+    assert sum(g.replays for g in graphs) >= 20, text
+    failures = [r.failure for g in graphs for r in g.recordings if r.failure]
     assert any("give another length than the recorded" in failure for failure in failures), text
 
 
@@ -448,8 +448,8 @@ def test_an_input_several_operators_read_is_staged_once_and_a_write_between_stag
         assert same_bits(caches[0], caches[2]) and same_bits(caches[1], caches[3]), f"position {p}"
     graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
     text = trident.explain(with_graphs)
-    assert len(graphs["recordings"]) == 1 and graphs["replays"] >= 36, text
-    counts = graphs["recordings"][0].counts
+    assert len(graphs.recordings) == 1 and graphs.replays >= 36, text
+    counts = graphs.recordings[0].counts
     # pos once (three readers), x once for its readers before the add_, once for add_ (in and out), once after
     assert counts["divergences"] == 0 and counts["staged_inputs"] == 4, (counts, text)
 
@@ -488,8 +488,8 @@ def test_a_cache_written_in_place_is_not_kept_alive_and_a_new_one_at_its_address
     text = trident.explain(with_graphs)
     assert len(addresses) == 1, f"the allocator gave the new caches other addresses: {addresses}"
     graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
-    assert graphs["recordings_tried"] == 1 and len(graphs["recordings"]) == 1, text
-    assert graphs["replays"] == 3 * 8 - cuda_graphs.RECORD_AT_HIT, text
+    assert graphs.recordings_tried == 1 and len(graphs.recordings) == 1, text
+    assert graphs.replays == 3 * 8 - RECORD_AT_HIT, text
     assert_native(with_graphs, hits=3 * 8, compiles=1)
 
 
@@ -508,8 +508,8 @@ def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_say
         assert same_bits(with_graphs(x, p), direct(x, p)), f"position {p}"
     graphs = with_graphs._trident.entry.graphs(1)  # type: ignore[attr-defined]
     text = trident.explain(with_graphs)
-    assert len(graphs["recordings"]) == 3 and graphs["pauses"] == 0 and graphs["replays"] >= 30, text
-    failures = [r.failure for r in graphs["recordings"] if r.failure]
+    assert len(graphs.recordings) == 3 and graphs.pauses == 0 and graphs.replays >= 30, text
+    failures = [r.failure for r in graphs.recordings if r.failure]
     assert failures, text
     assert all(re.search(r"argument 1 of aten::mul\.Scalar is \d, recorded \d", f) for f in failures), failures
 
@@ -530,7 +530,7 @@ def test_arguments_marked_static_are_read_in_place_and_one_that_moves_runs_direc
         if marked:
             torch._dynamo.mark_static_address(bias)
         with_graphs = jitted(f, True)
-        for _ in range(cuda_graphs.RECORD_AT_HIT + 3):
+        for _ in range(RECORD_AT_HIT + 3):
             assert same_bits(with_graphs(x.clone(), bias), f(x, bias))
         recording = graph_of(with_graphs, 0)
         assert recording is not None, trident.explain(with_graphs)
@@ -553,11 +553,11 @@ def test_a_compiled_modules_parameters_are_not_staged() -> None:
     compiled = torch.compile(model, backend=trident.dynamo.backend, options={"cuda_graphs": True})
     before = {id(g) for g in trident.dynamo.compiled_graphs()}
     with torch.no_grad():
-        for _ in range(cuda_graphs.RECORD_AT_HIT + 3):
+        for _ in range(RECORD_AT_HIT + 3):
             x = torch.randn(4, 64, device="cuda")
             torch.testing.assert_close(compiled(x), model(x))
     (graph,) = [g for g in trident.dynamo.compiled_graphs() if id(g) not in before]
-    recordings = graph.entry.graphs(0)["recordings"]  # type: ignore[attr-defined]
+    recordings = graph.entry.graphs(0).recordings  # type: ignore[attr-defined]
     assert recordings, trident.explain(graph.entry)  # type: ignore[attr-defined]
     assert recordings[0].counts["replays"] >= 3 and recordings[0].counts["staged_inputs"] == 1, recordings[0].counts
     torch._dynamo.reset()
@@ -597,15 +597,15 @@ def test_without_cuda_tensors_the_recorder_says_why_and_the_call_runs_directly()
 
     with_graphs = jitted(f, True)
     x = torch.randn(8)
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 40):
+    for _ in range(RECORD_AT_HIT + 40):
         assert torch.equal(with_graphs(x), f(x))
     assert graph_of(with_graphs, 0) is None
     text = trident.explain(with_graphs)
     assert "CUDA graph: none (no CUDA tensor among the arguments)" in text and "next try" not in text, text
     # A refusal no later call can change is for good: the recorder is not called again after a backoff.
     graphs = with_graphs._trident.entry.graphs(0)  # type: ignore[attr-defined]
-    assert graphs["recordings_tried"] == 1 and graphs["never_record"], graphs
-    assert_native(with_graphs, hits=cuda_graphs.RECORD_AT_HIT + 40, compiles=1)
+    assert graphs.recordings_tried == 1 and graphs.never_record, graphs
+    assert_native(with_graphs, hits=RECORD_AT_HIT + 40, compiles=1)
 
 
 def test_the_knob_turns_graph_replay_off() -> None:
@@ -615,13 +615,13 @@ def test_the_knob_turns_graph_replay_off() -> None:
     with override(cuda_graphs=False):  # TRIDENT_CUDA_GRAPHS=0; read when the entry is made (at jit or first call)
         step = trident.jit(f)
         step(torch.ones(4))
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 1):
+    for _ in range(RECORD_AT_HIT + 1):
         step(torch.ones(4))
     assert "CUDA graph" not in trident.explain(step)
     def g(x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
     on = trident.jit(g)
-    for _ in range(cuda_graphs.RECORD_AT_HIT + 1):
+    for _ in range(RECORD_AT_HIT + 1):
         on(torch.ones(4))
     assert "CUDA graph: none (no CUDA tensor among the arguments)" in trident.explain(on)  # on by default

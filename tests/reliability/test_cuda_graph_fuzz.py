@@ -61,13 +61,13 @@ def pair(fn):  # type: ignore[no-untyped-def]
 
 def replays(step) -> int:  # type: ignore[no-untyped-def]
     state = step._trident
-    return sum(state.entry.graphs(s.index)["replays"] for s in state.specializations)
+    return sum(state.entry.graphs(s.index).replays for s in state.specializations)
 
 
 def plan_replays(step) -> int:  # type: ignore[no-untyped-def]
     state = step._trident
     return sum((r.plan or {}).get("replays", 0) for s in state.specializations
-               for r in state.entry.graphs(s.index)["recordings"])  # fmt: skip
+               for r in state.entry.graphs(s.index).recordings)  # fmt: skip
 
 
 @pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])

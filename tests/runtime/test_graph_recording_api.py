@@ -1,13 +1,14 @@
-"""The native side of CUDA graph replay that a CPU can exercise (csrc/graphs/replay.cpp, csrc/entry.cpp): the Entry's
-graph bookkeeping and the GraphRecording type's refusals. Recording and replaying themselves need a GPU
-(tests/e2e/test_cuda_graphs.py)."""
+"""The native side of CUDA graph replay that a CPU can exercise (csrc/graphs/, csrc/entry.cpp): a specialization's
+SpecGraphs, how it takes what the recorder returns, the runner, and the GraphRecording type's refusals. Recording
+and replaying themselves need a GPU (tests/e2e/test_cuda_graphs.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import trident
-from trident.runtime import cuda_graphs, load_runtime
+from trident.graphs.recorder import DIRECT, MAX_RECORDINGS, RECORD, RECORD_AT_HIT, REPLAY, RecordOutcome
+from trident.runtime import load_runtime
 
 
 def compiled_entry() -> object:
@@ -21,19 +22,31 @@ def compiled_entry() -> object:
 
 def test_a_specialization_without_recordings_reports_an_empty_list() -> None:
     entry = compiled_entry()
-    assert entry.graphs(0) == {"recordings": [], "replays": 0, "misses": 0, "hits": 1, "paused_until_hit": 0,
-                               "record_after_hit": 0, "never_record": False, "pauses": 0,
-                               "recordings_tried": 0}
+    graphs = entry.graphs(0)
+    assert isinstance(graphs, load_runtime().SpecGraphs) and entry.graphs(0) is graphs  # one object per spec
+    state = {name: getattr(graphs, name) for name in ("recordings", "replays", "misses", "paused_until_hit",
+                                                      "record_after_hit", "never_record", "pauses",
+                                                      "recordings_tried", "refusal")}  # fmt: skip
+    assert state == {"recordings": [], "replays": 0, "misses": 0, "paused_until_hit": 0, "record_after_hit": 0,
+                     "never_record": False, "pauses": 0, "recordings_tried": 0, "refusal": None}
+    assert (RECORD_AT_HIT, MAX_RECORDINGS) == (3, 4)  # read from trident_runtime.h, where the entry reads them
     with pytest.raises(IndexError, match="no specialization 1"):
         entry.graphs(1)
 
 
-def test_add_graph_takes_only_a_graph_recording() -> None:
+def test_what_a_recorder_returns_must_be_a_record_outcome() -> None:
     entry = compiled_entry()
-    with pytest.raises(TypeError):
-        entry.add_graph(0, object())
-    with pytest.raises(IndexError):
-        entry.add_graph(3, load_runtime().GraphRecording(0, []))
+    x = torch.ones(4)
+    entry.set_graph_recorder(lambda run, index, slots: run(DIRECT))  # the bare result, not a RecordOutcome
+    entry(x)
+    with pytest.raises(TypeError, match="the graph recorder must return a RecordOutcome"):
+        entry(x)
+    entry = compiled_entry()
+    entry.set_graph_recorder(lambda run, index, slots: RecordOutcome(run(DIRECT), recording=object()))
+    entry(x)
+    with pytest.raises(TypeError, match="recording must be a GraphRecording or None"):
+        entry(x)
+    assert entry.graphs(0).recordings == []
 
 
 def test_a_recording_refuses_a_capture_it_cannot_start_and_a_program_run_outside_one() -> None:
@@ -54,29 +67,51 @@ def test_a_recording_refuses_a_capture_it_cannot_start_and_a_program_run_outside
     entry = compiled_entry()
     x = torch.ones(4)
     # Recording mode outside a stream capture: the first operator with device work refuses, nothing runs wrong.
+    run = entry.runner(0, (x,))
     with pytest.raises(RuntimeError, match="not recordable as a CUDA graph: .* ran outside the capture"):
-        entry.run_spec(0, (x,), cuda_graphs.RECORD, recording)
+        run(RECORD, recording)
     assert "ran outside the capture" in recording.failure
-    assert torch.equal(entry.run_spec(0, (x,), cuda_graphs.DIRECT, None), x * 2 + 1)
+    assert torch.equal(run(DIRECT), x * 2 + 1)
     with pytest.raises(TypeError, match="recording and replaying need a GraphRecording"):
-        entry.run_spec(0, (x,), cuda_graphs.REPLAY, None)
+        run(REPLAY)
+    with pytest.raises(ValueError, match="one slot per parameter"):
+        entry.runner(0, (x, x))(DIRECT)
 
 
 def test_a_recorder_that_records_nothing_is_called_again_after_a_doubling_backoff() -> None:
     """A recording that fails (a Triton variant compiling at that moment, an operator a capture refuses) is not
     the end of graphs for the specialization: the entry calls the recorder again 16 hits later, then 32, 64, ...
-    (entry.cpp, GraphPolicy), each call running the call itself."""
+    (graphs/policy.h, GraphPolicy), each call running the call itself."""
     entry = compiled_entry()  # one hit so far
     called_at: list[int] = []
 
-    def recorder(e: object, index: int, slots: tuple[object, ...]) -> object:
-        called_at.append(e.hits()[index])  # type: ignore[attr-defined]
-        return e.run_spec(index, slots, cuda_graphs.DIRECT, None)  # type: ignore[attr-defined]
+    def recorder(run: object, index: int, slots: tuple[object, ...]) -> RecordOutcome:
+        called_at.append(entry.hits()[index])  # type: ignore[attr-defined]
+        return RecordOutcome(run(DIRECT), refusal=f"try {len(called_at)}")  # type: ignore[operator]
 
-    entry.set_graph_recorder(recorder, cuda_graphs.RECORD_AT_HIT)
+    entry.set_graph_recorder(recorder)
     x = torch.ones(4)
     for _ in range(130):
         assert torch.equal(entry(x), x * 2 + 1)
     assert called_at == [2, 2 + 16, 18 + 32, 50 + 64], called_at
     graphs = entry.graphs(0)
-    assert graphs["recordings_tried"] == 4 and graphs["record_after_hit"] == 114 + 128 and graphs["hits"] == 131
+    assert graphs.recordings_tried == 4 and graphs.record_after_hit == 114 + 128 and entry.hits() == [131]
+    assert graphs.refusal == "try 4" and not graphs.never_record
+
+
+def test_a_refusal_for_good_stops_the_recorder_calls() -> None:
+    entry = compiled_entry()
+    calls: list[int] = []
+
+    def recorder(run: object, index: int, slots: tuple[object, ...]) -> RecordOutcome:
+        calls.append(index)
+        return RecordOutcome(run(DIRECT), refusal="no CUDA tensor among the arguments", never=True)  # type: ignore[operator]
+
+    entry.set_graph_recorder(recorder)
+    x = torch.ones(4)
+    for _ in range(40):
+        assert torch.equal(entry(x), x * 2 + 1)
+    graphs = entry.graphs(0)
+    assert calls == [0] and graphs.never_record and graphs.record_after_hit == 2**64 - 1
+    assert graphs.refusal == "no CUDA tensor among the arguments"
+    assert entry.hits() == [41] and graphs.recordings == []

@@ -17,7 +17,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "trident"
 LOWER_LAYERS = ("trident.capture", "trident.ir", "trident.guards", "trident.lowering")
-UPPER_LAYERS = ("trident.runtime", "trident.cache", "trident.driver", "trident.api", "trident.module")
+UPPER_LAYERS = ("trident.runtime", "trident.cache", "trident.driver", "trident.api", "trident.module",
+                "trident.graphs.recorder")
 
 
 def _module_name(path: Path) -> str:

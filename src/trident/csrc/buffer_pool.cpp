@@ -410,6 +410,7 @@ TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64
 TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,
                                             int64_t device, AtenTensorHandle* out) {
   if (trident::graphs::active == nullptr) return pool_empty_like(pool, site, like, dtype, device, out);
+  static_assert(TRIDENT_POOL_STEP_SITE == 0 && TRIDENT_POOL_STEP_LIKE == 1, "the step's argument order");
   const int64_t args[8] = {TRIDENT_TAG_INT, site, TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(like),
                            TRIDENT_TAG_INT, dtype, TRIDENT_TAG_INT, device};
   return trident::graphs::opaque_step(pool, "trident pool: empty_like", args, 4, 0, run_pool_empty_like, pool, out, 1);
@@ -418,6 +419,9 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
 TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
                                         AtenTensorHandle b, AtenTensorHandle* out) {
   if (trident::graphs::active == nullptr) return pool_matmul(pool, site, bias, a, b, out);
+  static_assert(TRIDENT_POOL_STEP_SITE == 0 && TRIDENT_POOL_STEP_BIAS == 1 && TRIDENT_POOL_STEP_A == 2 &&
+                    TRIDENT_POOL_STEP_B == 3,
+                "the step's argument order");
   const int64_t args[8] = {TRIDENT_TAG_INT, site, TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(bias),
                            TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(a), TRIDENT_TAG_TENSOR,
                            reinterpret_cast<int64_t>(b)};

@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "runtime_internal.h"
-#include "graphs/policy.h"
-#include "graphs/replay.h"
+#include "graphs/spec_graphs.h"
 
 #include <structmember.h>  // PyMemberDef and T_* (still the spelling that works on 3.11 and 3.12)
 
 namespace {
 
-using trident::graphs::GraphPolicy;
+using trident::graphs::ReplayOutcome;
+using trident::graphs::SpecGraphs;
 
 struct Spec {
   trident_guard_fn guard;
@@ -34,10 +34,7 @@ struct Spec {
   PyObject* context;    // strong: owns *ctx
   PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
   uint64_t hits;
-  // CUDA graph replay (graphs/replay.h): the recordings tried in turn, most recently replayed first (a list, strong,
-  // or NULL before the first); a hit no recording matches runs directly and counts as a graph miss.
-  PyObject* graphs;
-  GraphPolicy policy;  // when it replays and records (graphs/policy.h)
+  SpecGraphs* graphs;   // strong: its CUDA graph recordings and when they replay (graphs/spec_graphs.h)
 };
 
 struct EntryState {
@@ -63,8 +60,7 @@ struct EntryObject {
   Py_ssize_t n_positional;  // parameters [0, n_positional) are positional-or-keyword, the rest keyword-only
   unsigned long long misses;
   EntryState* state;
-  PyObject* graph_recorder;  // strong or NULL: called (entry, spec index, slots) to record a CUDA graph
-  unsigned long long graph_after_hits;  // ... at this hit of a specialization
+  PyObject* graph_recorder;  // strong or NULL: records CUDA graphs (graphs/spec_graphs.h, record_hit)
 };
 
 EntryObject* as_entry(PyObject* obj) { return reinterpret_cast<EntryObject*>(obj); }
@@ -154,54 +150,18 @@ PyObject* slots_tuple(const EntryObject* self, PyObject* const* slots) {
   return tuple;
 }
 
-// Tries the specialization's recordings in turn (spec: the caller's copy, whose references it holds).
-trident::graphs::ReplayOutcome replay_graphs(EntryObject* self, uint32_t index, const Spec& spec, PyObject* const* slots,
-                                             PyObject** out) {
-  using trident::graphs::ReplayOutcome;
-  EntryState* state = self->state;
-  const uint64_t clears = state->clears;
-  PyObject* list = Py_NewRef(spec.graphs);
-  ReplayOutcome outcome = ReplayOutcome::kDirect;
-  bool new_variant = false;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-    PyObject* recording = Py_NewRef(PyList_GET_ITEM(list, i));
-    outcome = trident::graphs::replay(recording, spec.run, spec.ctx, slots, out, true);
-    new_variant = new_variant || trident::graphs::diverged_for_launcher(recording);
-    if (outcome == ReplayOutcome::kReplayed && i > 0) {  // most recently replayed first
-      PyObject* first = PyList_GET_ITEM(list, 0);
-      PyList_SET_ITEM(list, 0, recording);
-      PyList_SET_ITEM(list, i, first);
-      Py_INCREF(recording);
-      Py_DECREF(recording);
-    }
-    Py_DECREF(recording);
-    if (outcome != ReplayOutcome::kDirect) break;
-  }
-  Py_DECREF(list);
-  if (state->clears != clears) return outcome;
-  Spec& live = state->specs[index];
-  if (outcome == ReplayOutcome::kReplayed) live.policy.on_replay();
-  if (outcome == ReplayOutcome::kDirect) live.policy.on_miss(live.hits);
-  // A kernel variant Triton has yet to compile: the direct run does, and the recordings patch it in later.
-  if (outcome == ReplayOutcome::kDirect && new_variant) return ReplayOutcome::kNotHere;
-  return outcome;
-}
+PyObject* new_runner(EntryObject* self, uint32_t index, PyObject* slots);
 
-// Room for one more recording: the least recently replayed one (the list's last) goes when it is full. False
-// only when Python fails.
-bool make_room(Spec& spec) {
-  using trident::graphs::kMaxRecordings;
-  if (spec.graphs == nullptr || PyList_GET_SIZE(spec.graphs) < kMaxRecordings) return true;
-  return PyList_SetSlice(spec.graphs, kMaxRecordings - 1, PyList_GET_SIZE(spec.graphs), nullptr) == 0;
-}
-
-// The call's result, from the graph recorder (which runs the call), or NULL with a Python error set.
-PyObject* record_graph(EntryObject* self, uint32_t index, PyObject* const* slots) {
+// The call's result, from the graph recorder (which runs the call through a runner), or NULL with an error set.
+PyObject* record_graph(EntryObject* self, uint32_t index, const Spec& spec, PyObject* const* slots) {
   PyObject* tuple = slots_tuple(self, slots);
   if (tuple == nullptr) return nullptr;
+  PyObject* run = new_runner(self, index, tuple);
   PyObject* recorder = Py_NewRef(self->graph_recorder);
-  PyObject* result = PyObject_CallFunction(recorder, "OIO", reinterpret_cast<PyObject*>(self), index, tuple);
+  PyObject* result = run == nullptr ? nullptr
+                                    : trident::graphs::record_hit(spec.graphs, recorder, run, index, tuple, spec.hits);
   Py_DECREF(recorder);
+  Py_XDECREF(run);
   Py_DECREF(tuple);
   return result;
 }
@@ -225,48 +185,45 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
   const std::vector<uint32_t>& candidates = found->second;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const uint32_t index = candidates[i];
-    // A copy, plus references to what owns the code and its context: a guard or run that calls Python
-    // may clear() the entry, and the code must not be freed under it.
+    // A copy, plus references to what owns the code, its context and its graphs: a guard or run that calls
+    // Python may clear() the entry, and none of them may be freed under it.
     const Spec spec = state->specs[index];
     Py_INCREF(spec.context);
     Py_INCREF(spec.keepalive);
-    if (spec.guard(spec.ctx, slots.data) != TRIDENT_GUARD_MATCH) {
+    Py_INCREF(spec.graphs);
+    auto release = [&spec] {
       Py_DECREF(spec.context);
       Py_DECREF(spec.keepalive);
+      Py_DECREF(spec.graphs);
+    };
+    if (spec.guard(spec.ctx, slots.data) != TRIDENT_GUARD_MATCH) {
+      release();
       if (state->version != version) return Outcome::kMiss;  // `candidates` may be gone: let Python retry
       continue;
     }
     PyObject* out = nullptr;
     int32_t status = TRIDENT_OK;
     bool ran = false;
-    // Graphs: replay one of the specialization's recordings; else, at the recorder's hit, record the first one,
-    // and later another for a call no recording fits (GraphPolicy says when).
-    const bool paused = spec.policy.paused(spec.hits);
-    bool may_record = spec.graphs == nullptr;
-    if (spec.graphs != nullptr && !paused) {
-      switch (replay_graphs(self, index, spec, slots.data, &out)) {
-        case trident::graphs::ReplayOutcome::kReplayed: ran = true; break;
-        case trident::graphs::ReplayOutcome::kError:
-          Py_DECREF(spec.context);
-          Py_DECREF(spec.keepalive);
-          return Outcome::kError;
-        case trident::graphs::ReplayOutcome::kNotHere: break;
-        case trident::graphs::ReplayOutcome::kDirect:
-          may_record = state->clears == clears && !state->specs[index].policy.paused(spec.hits);
+    // Graphs: replay one of the specialization's recordings; else record one when its SpecGraphs says so.
+    bool may_record = !spec.graphs->policy.paused(spec.hits);
+    if (may_record && PyList_GET_SIZE(spec.graphs->recordings) > 0) {
+      switch (trident::graphs::replay_hit(spec.graphs, spec.run, spec.ctx, slots.data, &out, spec.hits)) {
+        case ReplayOutcome::kReplayed: ran = true; break;
+        case ReplayOutcome::kError: release(); return Outcome::kError;
+        case ReplayOutcome::kNotHere: may_record = false; break;
+        case ReplayOutcome::kDirect: break;
       }
     }
-    if (may_record && !paused && self->graph_recorder != nullptr && spec.hits + 1 >= self->graph_after_hits &&
-        spec.hits >= state->specs[index].policy.record_after_hit() && state->clears == clears &&
-        make_room(state->specs[index])) {
+    // A spec index taken before a clear() may name another specialization now: no recording for it.
+    if (!ran && may_record && self->graph_recorder != nullptr && state->clears == clears &&
+        trident::graphs::wants_recording(spec.graphs, spec.hits)) {
       // Python records (and proves) the graph, running this call; rare, like a miss.
-      state->specs[index].policy.on_record(spec.hits);
-      out = record_graph(self, index, slots.data);
+      out = record_graph(self, index, spec, slots.data);
       if (out == nullptr) status = TRIDENT_ERROR;
       ran = true;
     }
     if (!ran) status = spec.run(spec.ctx, slots.data, &out);
-    Py_DECREF(spec.context);
-    Py_DECREF(spec.keepalive);
+    release();
     if (status != TRIDENT_OK) {
       Py_XDECREF(out);
       // A run that set a Python error (e.g. from a Python callback or kernel) keeps that exact exception.
@@ -343,9 +300,11 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   }
   EntryState* state = as_entry(self_obj)->state;
   const auto index = static_cast<uint32_t>(state->specs.size());
+  SpecGraphs* graphs = trident::graphs::new_spec_graphs();
+  if (graphs == nullptr) return nullptr;
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr, {}});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, graphs});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -361,7 +320,7 @@ void release_specs(EntryState* state) {
   for (const Spec& spec : specs) {
     Py_DECREF(spec.context);
     Py_DECREF(spec.keepalive);
-    Py_XDECREF(spec.graphs);
+    Py_DECREF(spec.graphs);
   }
 }
 
@@ -424,19 +383,15 @@ PyObject* entry_hits(PyObject* self_obj, PyObject*) {
   return list;
 }
 
-// set_graph_recorder(recorder, after_hits): recorder(entry, index, slots) -> result is called instead of the run
-// at that hit of each specialization (None: never).
-PyObject* entry_set_graph_recorder(PyObject* self_obj, PyObject* args) {
+// set_graph_recorder(recorder): recorder(run, index, slots) -> RecordOutcome is called instead of the run when a
+// specialization's SpecGraphs wants a recording (None: never).
+PyObject* entry_set_graph_recorder(PyObject* self_obj, PyObject* recorder) {
   EntryObject* self = as_entry(self_obj);
-  PyObject* recorder = nullptr;
-  unsigned long long after_hits = 0;
-  if (!PyArg_ParseTuple(args, "OK:set_graph_recorder", &recorder, &after_hits)) return nullptr;
   if (recorder != Py_None && !PyCallable_Check(recorder)) {
     PyErr_SetString(PyExc_TypeError, "set_graph_recorder: recorder must be callable or None");
     return nullptr;
   }
   Py_XSETREF(self->graph_recorder, recorder == Py_None ? nullptr : Py_NewRef(recorder));
-  self->graph_after_hits = after_hits;
   Py_RETURN_NONE;
 }
 
@@ -446,70 +401,25 @@ bool spec_index(EntryObject* self, unsigned index) {
   return false;
 }
 
-// add_graph(index, recording): replay that recording too, first, for the specialization's hits from now on.
-PyObject* entry_add_graph(PyObject* self_obj, PyObject* args) {
-  EntryObject* self = as_entry(self_obj);
-  unsigned index = 0;
-  PyObject* recording = nullptr;
-  if (!PyArg_ParseTuple(args, "IO!:add_graph", &index, &trident::graphs::RecordingType, &recording) ||
-      !spec_index(self, index)) {
-    return nullptr;
-  }
-  Spec& spec = self->state->specs[index];
-  if (spec.graphs == nullptr && (spec.graphs = PyList_New(0)) == nullptr) return nullptr;
-  if (PyList_Insert(spec.graphs, 0, recording) < 0) return nullptr;
-  Py_RETURN_NONE;
-}
-
-// never_record(index): the recorder will not be called again for the specialization (a permanent refusal: no
-// CUDA tensor among its arguments, a run that assigns into them); recordings it has keep replaying.
-PyObject* entry_never_record(PyObject* self_obj, PyObject* arg) {
-  EntryObject* self = as_entry(self_obj);
-  const unsigned long index = PyLong_AsUnsignedLong(arg);
-  if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
-  self->state->specs[index].policy.never_record = true;
-  Py_RETURN_NONE;
-}
-
-// graphs(index) -> dict: the specialization's recordings (most recently replayed first), its replays, graph misses
-// and hits, and its GraphPolicy: the hit replay is paused until, the hit before which it records no more (none
-// when `never_record`), how often replay paused, how often the recorder ran.
+// graphs(index) -> SpecGraphs: the specialization's CUDA graphs (graphs/spec_graphs.h).
 PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
   if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
-  const Spec& spec = self->state->specs[index];
-  PyObject* recordings = spec.graphs != nullptr ? PyList_GetSlice(spec.graphs, 0, PY_SSIZE_T_MAX) : PyList_New(0);
-  if (recordings == nullptr) return nullptr;
-  const GraphPolicy& policy = spec.policy;
-  return Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:I}", "recordings", recordings, "replays",
-                       (unsigned long long)policy.replays, "misses", (unsigned long long)policy.misses,
-                       "hits", (unsigned long long)spec.hits, "paused_until_hit",
-                       (unsigned long long)policy.paused_until_hit, "record_after_hit",
-                       (unsigned long long)policy.record_after_hit(), "never_record",
-                       policy.never_record ? Py_True : Py_False, "pauses", (unsigned)policy.pauses,
-                       "recordings_tried", (unsigned)policy.recordings_tried);
+  return Py_NewRef(reinterpret_cast<PyObject*>(self->state->specs[index].graphs));
 }
 
-// run_spec(index, slots, mode, recording) -> result: the specialization's run function on these slots (what a
-// hit binds), in a TRIDENT_RUN_* mode: directly, recording into `recording` (the caller captures) or replaying it
-// (raises RuntimeError with the reason when the replay diverges). For the graph recorder.
-PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
-  EntryObject* self = as_entry(self_obj);
-  unsigned index = 0;
-  PyObject* slots = nullptr;
-  int mode = TRIDENT_RUN_DIRECT;
-  PyObject* recording = nullptr;
-  if (!PyArg_ParseTuple(args, "IO!iO:run_spec", &index, &PyTuple_Type, &slots, &mode, &recording) ||
-      !spec_index(self, index)) {
-    return nullptr;
-  }
+// One call of a specialization for the graph recorder: its run function on `slots` (what a hit binds) in a
+// TRIDENT_RUN_* mode: directly, recording into `recording` (the caller captures) or replaying it (RuntimeError
+// with the reason when the replay diverges).
+PyObject* run_spec(EntryObject* self, unsigned index, PyObject* slots, int mode, PyObject* recording) {
+  if (!spec_index(self, index)) return nullptr;
   if (PyTuple_GET_SIZE(slots) != self->n_params) {
-    PyErr_SetString(PyExc_ValueError, "run_spec: one slot per parameter");
+    PyErr_SetString(PyExc_ValueError, "Entry.runner: one slot per parameter");
     return nullptr;
   }
   if (mode != TRIDENT_RUN_DIRECT && !PyObject_TypeCheck(recording, &trident::graphs::RecordingType)) {
-    PyErr_SetString(PyExc_TypeError, "run_spec: recording and replaying need a GraphRecording");
+    PyErr_SetString(PyExc_TypeError, "Entry.runner: recording and replaying need a GraphRecording");
     return nullptr;
   }
   const Spec spec = self->state->specs[index];
@@ -520,16 +430,16 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
   int32_t status = TRIDENT_OK;
   if (mode == TRIDENT_RUN_REPLAY) {
     switch (trident::graphs::replay(recording, spec.run, spec.ctx, items, &out, false)) {
-      case trident::graphs::ReplayOutcome::kReplayed: break;
-      case trident::graphs::ReplayOutcome::kError: status = TRIDENT_ERROR; break;
-      case trident::graphs::ReplayOutcome::kDirect:
-      case trident::graphs::ReplayOutcome::kNotHere:
+      case ReplayOutcome::kReplayed: break;
+      case ReplayOutcome::kError: status = TRIDENT_ERROR; break;
+      case ReplayOutcome::kDirect:
+      case ReplayOutcome::kNotHere:
         status = TRIDENT_ERROR;
         PyErr_SetString(PyExc_RuntimeError, "the replay ran nothing: it diverged from the recording");
     }
   } else {
     status = mode == TRIDENT_RUN_RECORD ? trident::graphs::record(recording, spec.run, spec.ctx, items, &out)
-                       : spec.run(spec.ctx, items, &out);
+                                        : spec.run(spec.ctx, items, &out);
     if (status != TRIDENT_OK && !PyErr_Occurred()) trident::raise_last_error();
   }
   Py_DECREF(spec.context);
@@ -539,6 +449,66 @@ PyObject* entry_run_spec(PyObject* self_obj, PyObject* args) {
     return nullptr;
   }
   return out;
+}
+
+// What Entry.runner(index, slots) returns: run(mode, recording=None) runs that call of the specialization
+// (run_spec). The recorder gets one and needs nothing else of the entry.
+struct RunnerObject {
+  PyObject_HEAD
+  PyObject* entry;  // strong
+  unsigned index;
+  PyObject* slots;  // strong: a tuple, one item per parameter
+};
+
+PyTypeObject RunnerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* new_runner(EntryObject* self, uint32_t index, PyObject* slots) {
+  auto* run = PyObject_GC_New(RunnerObject, &RunnerType);
+  if (run == nullptr) return nullptr;
+  run->entry = Py_NewRef(reinterpret_cast<PyObject*>(self));
+  run->index = index;
+  run->slots = Py_NewRef(slots);
+  PyObject_GC_Track(run);
+  return reinterpret_cast<PyObject*>(run);
+}
+
+PyObject* runner_call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"mode", "recording", nullptr};
+  int mode = TRIDENT_RUN_DIRECT;
+  PyObject* recording = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|O:run", const_cast<char**>(kwlist), &mode, &recording)) {
+    return nullptr;
+  }
+  auto* run = reinterpret_cast<RunnerObject*>(self_obj);
+  if (run->entry == nullptr) return PyErr_Format(PyExc_RuntimeError, "this runner has been cleared");
+  return run_spec(as_entry(run->entry), run->index, run->slots, mode, recording);
+}
+
+int runner_traverse(PyObject* self_obj, visitproc visit, void* arg) {
+  Py_VISIT(reinterpret_cast<RunnerObject*>(self_obj)->entry);
+  Py_VISIT(reinterpret_cast<RunnerObject*>(self_obj)->slots);
+  return 0;
+}
+
+int runner_clear(PyObject* self_obj) {
+  Py_CLEAR(reinterpret_cast<RunnerObject*>(self_obj)->entry);
+  Py_CLEAR(reinterpret_cast<RunnerObject*>(self_obj)->slots);
+  return 0;
+}
+
+void runner_dealloc(PyObject* self_obj) {
+  PyObject_GC_UnTrack(self_obj);
+  runner_clear(self_obj);
+  Py_TYPE(self_obj)->tp_free(self_obj);
+}
+
+// runner(index, slots) -> run (for the graph recorder and tests).
+PyObject* entry_runner(PyObject* self_obj, PyObject* args) {
+  EntryObject* self = as_entry(self_obj);
+  unsigned index = 0;
+  PyObject* slots = nullptr;
+  if (!PyArg_ParseTuple(args, "IO!:runner", &index, &PyTuple_Type, &slots) || !spec_index(self, index)) return nullptr;
+  return new_runner(self, index, slots);
 }
 
 // --- Type plumbing ---------------------------------------------------------------------------------------
@@ -685,15 +655,11 @@ PyMethodDef entry_methods[] = {
     {"add_keyword", entry_add_keyword, METH_VARARGS,
      "add_keyword(name, default) -> int: append a keyword-only parameter (its slot); earlier specializations stop "
      "matching"},
-    {"set_graph_recorder", entry_set_graph_recorder, METH_VARARGS,
-     "set_graph_recorder(recorder, after_hits): record CUDA graphs through recorder(entry, index, slots)"},
-    {"add_graph", entry_add_graph, METH_VARARGS, "add_graph(index, recording): replay it on hits too"},
-    {"never_record", entry_never_record, METH_O, "never_record(index): no more recorder calls for it"},
-    {"graphs", entry_graphs, METH_O,
-     "graphs(index) -> {recordings, replays, misses, hits, paused_until_hit, record_after_hit, pauses, "
-     "recordings_tried}"},
-    {"run_spec", entry_run_spec, METH_VARARGS,
-     "run_spec(index, slots, mode, recording) -> result: a TRIDENT_RUN_* mode (for the graph recorder)"},
+    {"set_graph_recorder", entry_set_graph_recorder, METH_O,
+     "set_graph_recorder(recorder): record CUDA graphs through recorder(run, index, slots) -> RecordOutcome"},
+    {"graphs", entry_graphs, METH_O, "graphs(index) -> SpecGraphs: the specialization's CUDA graphs"},
+    {"runner", entry_runner, METH_VARARGS,
+     "runner(index, slots) -> run: run(mode, recording=None) runs that call in a TRIDENT_RUN_* mode"},
     {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},
     {"structural_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(entry_structural_key)),
      METH_FASTCALL | METH_KEYWORDS, "structural_key(*args, **kwargs) -> int | None (None: binding fails)"},
@@ -743,7 +709,19 @@ bool trident::ready_entry_type() {
   t.tp_methods = entry_methods;
   t.tp_members = entry_members;
   t.tp_getset = entry_getset;
-  if (!trident::ready_result_builder_type() || PyType_Ready(&t) < 0) return false;
+  PyTypeObject& runner = RunnerType;
+  runner.tp_name = "trident.runtime.Runner";
+  runner.tp_doc = "run(mode, recording=None): one call of a specialization, for the graph recorder (Entry.runner)";
+  runner.tp_basicsize = sizeof(RunnerObject);
+  runner.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+  runner.tp_call = runner_call;
+  runner.tp_traverse = runner_traverse;
+  runner.tp_clear = runner_clear;
+  runner.tp_dealloc = runner_dealloc;
+  if (!trident::ready_result_builder_type() || !trident::graphs::ready_spec_graphs_type() ||
+      PyType_Ready(&runner) < 0 || PyType_Ready(&t) < 0) {
+    return false;
+  }
   // Entry.ResultBuilder: the one name the runtime's Python side needs (module.cpp lists the module's types).
   if (PyDict_SetItemString(t.tp_dict, "ResultBuilder", reinterpret_cast<PyObject*>(&trident::ResultBuilderType)) < 0) {
     return false;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime_internal.h"
-#include "graphs/replay.h"
+#include "graphs/spec_graphs.h"
 #include "private_views.h"
 
 namespace {
@@ -276,11 +276,13 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   Py_INCREF(&trident::TritonLaunchType);
   Py_INCREF(&trident::BufferPoolType);
   Py_INCREF(&trident::graphs::RecordingType);
+  Py_INCREF(&trident::graphs::SpecGraphsType);
   if (PyModule_AddObject(module, "Context", reinterpret_cast<PyObject*>(&trident::ContextType)) < 0 ||
       PyModule_AddObject(module, "Entry", reinterpret_cast<PyObject*>(&trident::EntryType)) < 0 ||
       PyModule_AddObject(module, "TritonLaunch", reinterpret_cast<PyObject*>(&trident::TritonLaunchType)) < 0 ||
       PyModule_AddObject(module, "BufferPool", reinterpret_cast<PyObject*>(&trident::BufferPoolType)) < 0 ||
       PyModule_AddObject(module, "GraphRecording", reinterpret_cast<PyObject*>(&trident::graphs::RecordingType)) < 0 ||
+      PyModule_AddObject(module, "SpecGraphs", reinterpret_cast<PyObject*>(&trident::graphs::SpecGraphsType)) < 0 ||
       PyModule_AddObject(module, "cuda_matmul_kernels_linked",
                          PyBool_FromLong(trident::cuda_matmul_kernels_linked())) < 0) {
     Py_DECREF(module);

@@ -162,14 +162,6 @@ int32_t trident::fail_with_current_exception() {
 
 namespace {
 
-// Whether an operator makes no device work: every return is a view of an argument (alias, not written).
-bool returns_views_only(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& r : schema.returns()) {
-    if (r.alias_info() == nullptr || r.alias_info()->isWrite()) return false;
-  }
-  return !schema.returns().empty();
-}
-
 // Which returns a graph step can hand out: tensors, optional tensors and tensor lists, and int, float and bool
 // scalars (bit k of *scalars: return k is one; each then fills slot k, so not beside a tensor list, which fills
 // one slot per item). false: a return of another type.
@@ -194,12 +186,12 @@ bool graph_returns(const c10::FunctionSchema& schema, uint64_t* scalars) {
 
 int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
 
-// While a CUDA graph records or replays (graphs/replay.h): one opaque step, unless the operator only makes views.
+// While a CUDA graph records or replays (graphs/replay.h): one opaque step. Operators that make no step come
+// through trident_view_call instead (the compiler decides which, graphs/steps.py).
 int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
   try {
     const auto& handle = *static_cast<const c10::OperatorHandle*>(op);
     const c10::FunctionSchema& schema = handle.schema();
-    if (returns_views_only(schema)) return call_boxed(op, args, nargs, rets, nrets);
     const std::string name = c10::toString(handle.operator_name());
     uint64_t scalars = 0;
     if (!graph_returns(schema, &scalars)) {
@@ -260,6 +252,11 @@ extern "C" {
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
                                     int64_t nrets) {
   if (trident::graphs::active != nullptr) return graph_step(op, args, nargs, rets, nrets);
+  return call_boxed(op, args, nargs, rets, nrets);
+}
+
+TRIDENT_API int32_t trident_view_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                      int64_t nrets) {
   return call_boxed(op, args, nargs, rets, nrets);
 }
 

@@ -177,10 +177,15 @@ TRIDENT_API PyObject* trident_instance_attribute(PyObject* obj, PyObject* name);
 TRIDENT_API PyObject* trident_dict_item(PyObject* dict, PyObject* key);
 TRIDENT_API int32_t trident_dict_keys_are(PyObject* dict, PyObject* keys);
 
-/* How Entry.run_spec runs a specialization for the graph recorder (runtime/cuda_graphs.py). */
+/* CUDA graph replay, shared by the entry (csrc/graphs/policy.h) and the graph recorder (graphs/recorder.py).
+ * How the recorder's runner (Entry.runner) runs one call of a specialization: */
 #define TRIDENT_RUN_DIRECT 0 /* its run function, as a hit without graphs */
 #define TRIDENT_RUN_RECORD 1 /* recording into a GraphRecording, under the caller's stream capture */
 #define TRIDENT_RUN_REPLAY 2 /* replaying a GraphRecording; RuntimeError when the call diverges from it */
+/* The hit of a specialization that is recorded first: hits 1-2 settle pooled buffers and matmul plans. */
+#define TRIDENT_GRAPH_RECORD_AT_HIT 3
+/* Recordings kept per specialization (symbolic sizes, e.g. batch 1 and 8, each need their own). */
+#define TRIDENT_GRAPH_MAX_RECORDINGS 4
 
 #define TRIDENT_SEQ_TUPLE 1
 #define TRIDENT_SEQ_LIST 2
@@ -269,6 +274,10 @@ TRIDENT_API int64_t trident_tensor_data_address(AtenTensorHandle t);
 
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
                                     int64_t nrets);
+/* trident_op_call for an operator that makes no step of a CUDA graph recording (it only makes views; the
+ * compiler decides which: graphs/steps.py): it runs as it is while a graph records or replays. */
+TRIDENT_API int32_t trident_view_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                      int64_t nrets);
 /* A 0-dim "wrapped number" tensor holding a Python scalar (tag INT, DOUBLE or BOOL), as eager's argument
  * parser makes for `x * 2`. New owned handle in *out. */
 TRIDENT_API int32_t trident_scalar_tensor(int64_t tag, int64_t value, AtenTensorHandle* out);
@@ -315,6 +324,13 @@ TRIDENT_API int32_t trident_triton_launch(PyObject* launch, const int64_t* args,
  * TRIDENT_TAG_DEVICE values. trident_pool_empty_like: as at::empty_like(like) in preserve format; dtype and
  * device TRIDENT_POOL_LIKE_INPUT take like's. */
 #define TRIDENT_POOL_LIKE_INPUT (-1)
+/* While a CUDA graph records or replays, each of these calls is one step whose arguments are its site, then
+ * (empty_like) the input, or (matmul) bias, a and b at these positions (the replay plan patches them there). */
+#define TRIDENT_POOL_STEP_SITE 0
+#define TRIDENT_POOL_STEP_LIKE 1
+#define TRIDENT_POOL_STEP_BIAS 1
+#define TRIDENT_POOL_STEP_A 2
+#define TRIDENT_POOL_STEP_B 3
 TRIDENT_API int32_t trident_pool_empty(PyObject* pool, int64_t site, const int64_t* sizes, const int64_t* strides,
                                        int64_t ndim, int64_t dtype, int64_t device, AtenTensorHandle* out);
 TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTensorHandle like, int64_t dtype,

@@ -9,7 +9,8 @@ supporting a new kind of op is adding its rule):
   trident.triton_launch.<i>               -> trident_triton_launch (CUDA) / trident_python_call (CPU interpreter)
   trident.scalar.<fn>                     -> Python's scalar builtins on ints/floats/bools (symbolic_ints.py)
   aten.empty / empty_like / empty_strided -> trident_pool_empty* (a kept buffer when safe; pooled_allocations.py)
-  every other ATen op                     -> trident_op_call through the dispatcher (boxed)
+  every other ATen op                     -> trident_op_call through the dispatcher (boxed); trident_view_call
+                                             for one that makes no graph step (graphs/steps.py)
   func.return                             -> Python results built natively (tuples, lists, scalars)
 
 Ownership: tensors produced by ops are owned handles kept in a stack table; each is released right after
@@ -28,6 +29,7 @@ from .. import exc
 from ..artifact import BufferPoolConstant, LaunchSiteConstant
 from ..capture.inputs import LeafPath
 from ..capture.results import OutputTree, StateWrite
+from ..graphs.steps import makes_no_step
 from ..ir.fx_import import LAUNCH_OP_PREFIX, SCALAR_OP_PREFIX
 from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBuilder
 from . import runtime_abi as abi
@@ -435,7 +437,9 @@ class HostProgramLowering:
             if self._ops_base is None:
                 self._ops_base = fb.load(fb.gep("%ctx", abi.CTX_OPS, PTR), PTR)
             handle = fb.load(fb.gep(self._ops_base, self.ops.index(name, overload), PTR), PTR)
-            status = fb.call(abi.OP_CALL, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
+            schema = op_schema(name, overload)
+            call = abi.VIEW_CALL if schema is not None and makes_no_step(schema) else abi.OP_CALL
+            status = fb.call(call, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
         assert status is not None
         fb.check_zero(status)
         for scalar_tensor in wrapped.values():

@@ -135,7 +135,7 @@ def compile_specialization(
 
 def replays_as_graph(facts: CallFacts) -> bool:
     """Whether calls of this specialization may be recorded as CUDA graphs: only those with a CUDA tensor among their
-    arguments are (runtime/cuda_graphs.record), so only their replay plans can ever run, and a plan adds ~8% to a
+    arguments are (graphs/recorder.py), so only their replay plans can ever run, and a plan adds ~8% to a
     decode step's compile time (tests/conftest.py's plans_on_cpu sets this aside to run words functions on CPU)."""
     return any(leaf.tensor is not None and leaf.tensor.device.type == "cuda" for leaf in facts.leaves)
 

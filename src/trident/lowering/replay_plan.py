@@ -31,6 +31,7 @@ from .. import exc
 from ..artifact import NoReplayPlan, ReplayPlan
 from ..capture.inputs import LeafPath
 from ..capture.results import OutputTree, StateWrite
+from ..graphs.steps import makes_no_step, pool_step_operands
 from ..ir.fx_import import LAUNCH_OP_PREFIX
 from ..ir.mlir_text import I64, PTR, ModuleBuilder
 from . import runtime_abi as abi
@@ -168,22 +169,11 @@ def _is_tensor_list_view(op: ir.Operation, aten_name: AtenName) -> bool:
 
 
 def _makes_no_step(name: str, overload: str) -> bool:
-    """Whether the runtime runs this operator outside the graph's steps: every return a view of an argument
-    that is not written (csrc/op_call.cpp, returns_views_only, reads the same schema)."""
+    """Whether the host program runs this operator outside the graph's steps (graphs/steps.py decides for both)."""
     schema = op_schema(name, overload)
     if schema is None:
         raise Ineligible(f"the schema of {name}.{overload or 'default'} is not known here")
-    returns = schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
-
-
-def _pool_arguments(kind: str, op: ir.Operation) -> dict[int, int]:
-    """IR operand -> argument of the buffer pool's step (csrc/buffer_pool.cpp: site first, then what it got)."""
-    if kind == "matmul":  # mm(a, b) or addmm(bias, a, b, beta, alpha)
-        return {0: 2, 1: 3} if len(op.operands) == 2 else {0: 1, 1: 2, 2: 3}
-    if kind == "empty_like":
-        return {0: 1}
-    return {}  # sizes and strides: lists, which must not change
+    return makes_no_step(schema)
 
 
 class ReplayPlanLowering(HostProgramLowering):
@@ -233,7 +223,7 @@ class ReplayPlanLowering(HostProgramLowering):
         name, overload = aten_name(op)
         pooled = pool_kind(op, aten_name) if self.pool_allocations else None
         if pooled is not None:
-            self._step(op, kernel=False, arguments=_pool_arguments(pooled, op))
+            self._step(op, kernel=False, arguments=pool_step_operands(pooled, len(op.operands)))
         elif not _makes_no_step(name, overload):
             wrapped = _tensor_parameters(name, overload)
             self._step(op, kernel=False, arguments={i: i for i in range(len(op.operands))}, wrapped=wrapped)

@@ -59,6 +59,7 @@ TENSOR_STORAGE_OFFSET = Extern("trident_tensor_storage_offset", (PTR,), I64)
 TENSOR_DATA_ADDRESS = Extern("trident_tensor_data_address", (PTR,), I64)
 GRAPH_OUTPUT = Extern("trident_graph_output", (I64,), PTR)
 OP_CALL = Extern("trident_op_call", (PTR, PTR, I64, PTR, I64), I32)
+VIEW_CALL = Extern("trident_view_call", (PTR, PTR, I64, PTR, I64), I32)  # an operator that makes no graph step
 SCALAR_TENSOR = Extern("trident_scalar_tensor", (I64, I64, PTR), I32)
 PYTHON_CALL = Extern("trident_python_call", (PTR, PTR, I64), I32)
 TRITON_LAUNCH = Extern("trident_triton_launch", (PTR, PTR, I64), I32)

@@ -1,16 +1,16 @@
 /*
  * graphs/policy.h — when a specialization replays its CUDA graph recordings and when it asks the recorder for a
- * new one (the entry's side of graph replay; recording and replaying: graphs/recording.cpp, graphs/replay.cpp,
- * runtime/cuda_graphs.py).
+ * new one (its SpecGraphs object holds one GraphPolicy, spec_graphs.h; recording and replaying: graphs/replay.cpp,
+ * graphs/recorder.py).
  *
- * At most kMaxRecordings recordings are kept (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per
+ * The first recording is made at the kRecordAtHit-th hit. At most kMaxRecordings recordings are kept (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per
  * generate() each need their own); a new one replaces the least recently replayed. A miss costs a partial
  * replay-mode run per recording before the direct one, so when hits miss every recording more often than
  * kGraphMissAllowance beyond their replays, replay pauses. A call no recording fits is recorded at once while
  * the recordings made so far replay; after a recording that failed or never replayed, the next waits a backoff
  * that doubles from kFirstBackoff hits to kMaxBackoff while they keep failing, and a pause lasts such a backoff
  * too. Nothing stops for good on a transient cause (a Triton variant compiling at the moment of a recording,
- * inputs that were changing for a while); only the recorder says "never" (Entry.never_record).
+ * inputs that were changing for a while); only the recorder says "never" (RecordOutcome.never).
  */
 #ifndef TRIDENT_GRAPH_POLICY_H
 #define TRIDENT_GRAPH_POLICY_H
@@ -18,9 +18,12 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "trident_runtime.h"
+
 namespace trident::graphs {
 
-constexpr int64_t kMaxRecordings = 4;
+constexpr uint64_t kRecordAtHit = TRIDENT_GRAPH_RECORD_AT_HIT;
+constexpr int64_t kMaxRecordings = TRIDENT_GRAPH_MAX_RECORDINGS;
 constexpr uint64_t kGraphMissAllowance = 16;
 constexpr uint64_t kFirstBackoff = 16;
 constexpr uint64_t kMaxBackoff = 4096;

@@ -1,6 +1,6 @@
 /*
  * graphs/recording.cpp — the Python type of a CUDA graph recording (trident.runtime.GraphRecording): making one,
- * starting and ending the stream capture that records it (runtime/cuda_graphs.py drives these), what it reports
+ * starting and ending the stream capture that records it (graphs/recorder.py drives these), what it reports
  * to Python, and releasing the graph and its memory.
  */
 #include "graphs/recording.h"

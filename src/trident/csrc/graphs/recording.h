@@ -262,7 +262,7 @@ struct Recording {
   bool capturing;
   CUstream last_stream;  // of the last replay (the legacy default stream is NULL: hence the flag)
   bool replayed_before;
-  PyObject* keepalive;    // whatever the graph's memory depends on (runtime/cuda_graphs.py: its memory pool)
+  PyObject* keepalive;    // whatever the graph's memory depends on (graphs/recorder.py: its memory pool)
   int64_t replays, divergences, patched_nodes;
   bool diverged_for_launcher;  // the last replay diverged on a launch Triton's launcher must make (a new variant)
   ReplayTimes* times;  // null unless asked for (time_replays): where the replays' host time went

@@ -1,7 +1,7 @@
 /*
  * graphs/replay.cpp — a specialization's host program as one CUDA graph, replayed with patched parameters.
  *
- * Recording. runtime/cuda_graphs.py routes the thread's allocations to a private memory pool of torch's caching
+ * Recording. graphs/recorder.py routes the thread's allocations to a private memory pool of torch's caching
  * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime
  * function that does device work becomes a step, in program order:
  *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;

@@ -2,7 +2,7 @@
  * graphs/replay.h — recording a specialization's host program as a CUDA graph, and replaying it (internal).
  *
  * A recording is made by running the compiled host program once while torch's current stream captures
- * (graphs/replay.cpp says how, and runtime/cuda_graphs.py when). A replay runs the same host program again,
+ * (graphs/replay.cpp says how, and graphs/recorder.py when). A replay runs the same host program again,
  * natively, but in replay mode: every runtime function that would do device work instead checks that its
  * work is the recorded work, or patches the graph where it can, and nothing is launched until the host
  * program finished; then the entry launches the whole graph once. The runtime functions call the hooks

@@ -5,7 +5,7 @@
  * An ATen kernel takes its scalar operands by parameter, which no patch may follow (the kernel's parameters are
  * not Trident's), so an opaque step whose scalar changes diverged on every call. Two kinds of operators are
  * followed instead; the first replay of each recording is proven against the direct run like every other
- * (runtime/cuda_graphs.py).
+ * (graphs/recorder.py).
  *
  * Fills. A decode step often builds a small device tensor from the position: `torch.full((batch,), pos + 1)`
  * for the sequence lengths, `torch.tensor([0, pos + 1])` for cumulative lengths (a full per element, then a

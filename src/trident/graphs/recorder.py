@@ -1,11 +1,13 @@
-"""CUDA graph replay of a specialization's host program (TRIDENT_CUDA_GRAPHS=1): when, and the proof.
+"""The graph recorder: records one call of a specialization as a CUDA graph and proves it (TRIDENT_CUDA_GRAPHS=1).
 
 A specialization whose calls are stable (its RECORD_AT_HIT-th native hit: buffer pools and matmul plans
 settled) is recorded as a CUDA graph; from then on a hit runs its host program natively in replay mode —
 guards, sizes, grids and pointers computed as before, Triton kernel nodes patched where their parameters
 changed, opaque operators checked against the recording — and launches the graph once (csrc/graphs/replay.cpp
 has the mechanism). A replay that diverges runs the call directly; nothing is ever launched from a graph the
-call does not match.
+call does not match. The entry decides when to record (csrc/graphs/policy.h); the recorder is called with a
+runner for the call and returns a RecordOutcome, which the specialization's SpecGraphs takes
+(csrc/graphs/spec_graphs.h): the graph to keep, or why there is none.
 
 The recording call proves the graph before it is kept, bit for bit: the tensors from outside the graph that its
 steps may write are snapshotted, the call runs directly, the written state is snapshotted again and restored,
@@ -14,13 +16,13 @@ difference keeps the direct run's state and results and no graph for that specia
 no recording (sizes of a symbolic specialization that differ, an input too large to stage that moved) runs
 directly and may record another graph, up to four per specialization, the least recently replayed replaced; a
 recording that failed, and replay paused after a run of misses, are retried after a backoff (csrc/graphs/policy.h,
-GraphPolicy). Kept for `explain`: each recording (steps, replays, divergences, patched nodes), or why there is
-none and when the next try is.
+GraphPolicy). Kept for `explain` (SpecGraphs, Entry.graphs(index)): each recording (steps, replays,
+divergences, patched nodes), or why there is none and when the next try is.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -29,9 +31,22 @@ from trident import abi
 from trident.artifact import NoReplayPlan, ReplayPlan
 from trident.runtime.specialization import CompiledSpecialization
 
-RECORD_AT_HIT = 3  # hits 1-2 settle pooled buffers and matmul plans; the third call records
-DIRECT, RECORD, REPLAY = abi.RUN_DIRECT, abi.RUN_RECORD, abi.RUN_REPLAY  # Entry.run_spec modes
+RECORD_AT_HIT = abi.GRAPH_RECORD_AT_HIT  # the hit of a specialization that is recorded first
+MAX_RECORDINGS = abi.GRAPH_MAX_RECORDINGS  # recordings kept per specialization
+DIRECT, RECORD, REPLAY = abi.RUN_DIRECT, abi.RUN_RECORD, abi.RUN_REPLAY  # how a runner runs the call
 VERIFIED_SHARE = 4  # the proof snapshots written state twice: at most 1/4 of the device's free memory each time
+
+Runner = Callable[..., object]  # Entry.runner(index, slots): run(mode, recording=None) -> the call's result
+
+
+class RecordOutcome(NamedTuple):
+    """What a recorder call gives the specialization's SpecGraphs (csrc/graphs/spec_graphs.cpp reads it as a
+    4-tuple, in this order)."""
+
+    result: object  # the call's result: the proven replay's, or the direct run's
+    recording: Any = None  # a GraphRecording to keep (most recently replayed first), or None
+    refusal: str | None = None  # why no graph was kept this time
+    never: bool = False  # the refusal holds for every later call of the specialization
 
 
 def graphs_unavailable() -> str | None:
@@ -81,16 +96,15 @@ def _static_arguments(slots: Sequence[object]) -> list[torch.Tensor]:
 
 
 class GraphRecorder:
-    """The graph recorder of one jitted function (the entry calls it at a specialization's RECORD_AT_HIT-th hit),
-    and why each of its specializations has no graph. `compiled(index)` is specialization `index`'s code."""
+    """The graph recorder of one jitted function: the entry calls it when a specialization's SpecGraphs wants a
+    recording. `compiled(index)` is specialization `index`'s code."""
 
     def __init__(self, compiled: Callable[[int], CompiledSpecialization]) -> None:
         self._compiled = compiled
-        self.refusals: dict[int, str] = {}  # spec index -> why it has no graph
 
-    def __call__(self, entry: Any, index: int, slots: tuple[object, ...]) -> object:
-        """Runs this call of specialization `index` and, when the program can be a graph that proves itself equal
-        to the direct run, keeps that graph for the specialization's next hits."""
+    def __call__(self, run: Runner, index: int, slots: tuple[object, ...]) -> RecordOutcome:
+        """Runs this call of specialization `index` (through `run`) and, when the program can be a graph that
+        proves itself equal to the direct run, returns that graph to keep for the specialization's next hits."""
         from trident.runtime import load_runtime
 
         device = _cuda_device(slots)
@@ -103,20 +117,16 @@ class GraphRecorder:
             writes = ", ".join(compiled.artifact.state_writes[:3])
             never = f"each run assigns attributes of the call's objects ({writes}), which a recording cannot repeat"
         if never is not None:
-            self.refusals[index] = never
-            entry.never_record(index)
-            return entry.run_spec(index, slots, DIRECT, None)
+            return RecordOutcome(run(DIRECT), refusal=never, never=True)
         if torch.cuda.is_current_stream_capturing():  # this call only: tried again after the backoff
-            self.refusals[index] = "the call ran inside the caller's own CUDA graph capture"
-            return entry.run_spec(index, slots, DIRECT, None)
+            return RecordOutcome(run(DIRECT), refusal="the call ran inside the caller's own CUDA graph capture")
         assert device is not None
         constants = [c for c in compiled.constants if isinstance(c, torch.Tensor)]
         constants += _static_arguments(slots)
         recording = load_runtime().GraphRecording(device.index or 0, constants)
-        failure = _capture(entry, index, slots, recording, device)
+        failure = _capture(run, recording, device)
         if failure is not None:
-            self.refusals[index] = failure
-            return entry.run_spec(index, slots, DIRECT, None)
+            return RecordOutcome(run(DIRECT), refusal=failure)
         written = recording.written()
         recording.forget_written()
         # Without an analysis of what each Triton kernel stores to, every outside tensor a kernel gets counts as
@@ -124,29 +134,25 @@ class GraphRecorder:
         free, _ = torch.cuda.mem_get_info(device)
         written_bytes = sum(t.nbytes for t in written)
         if written_bytes > free // VERIFIED_SHARE:
-            self.refusals[index] = (
+            return RecordOutcome(run(DIRECT), refusal=(
                 f"proving the graph would snapshot {written_bytes >> 20} MB of outside state it may write, more "
-                f"than a quarter of the {free >> 20} MB free on the device"
-            )
-            return entry.run_spec(index, slots, DIRECT, None)
-        result, failure = _prove(entry, index, slots, recording, written)
+                f"than a quarter of the {free >> 20} MB free on the device"))  # fmt: skip
+        result, failure = _prove(run, recording, written)
         if failure is not None:
-            self.refusals[index] = failure
-            return result
+            return RecordOutcome(result, refusal=failure)
         plan = compiled.artifact.replay_plan
         if isinstance(plan, ReplayPlan):
             recording.set_plan(compiled.native.address(plan.symbol), plan.words, plan.outputs, plan.steps)
-        entry.add_graph(index, recording)
-        return result
+        return RecordOutcome(result, recording=recording)
 
     def describe(self, entry: Any, index: int) -> list[str]:
-        """explain's lines on the specialization's graphs: each recording, or why there is none (nothing when
-        graphs are off or were not tried yet)."""
-        graphs = entry.graphs(index) if entry is not None else None
-        if graphs is None:
+        """explain's lines on the specialization's graphs (its SpecGraphs): each recording, or why there is none
+        (nothing when graphs are off or were not tried yet)."""
+        if entry is None:
             return []
+        graphs, hits = entry.graphs(index), entry.hits()[index]
         lines = []
-        for recording in graphs["recordings"]:
+        for recording in graphs.recordings:
             c = recording.counts
             text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
                     f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), "
@@ -158,21 +164,20 @@ class GraphRecorder:
             plan = _describe_plan(recording.plan, self._compiled(index).artifact.replay_plan)
             if plan:
                 lines.append(plan)
-        hits = graphs["hits"]
-        if hits < graphs["paused_until_hit"]:
-            lines.append(f"CUDA graphs paused: {graphs['misses']} call(s) matched no recording against "
-                         f"{graphs['replays']} replay(s); calls run directly until hit {graphs['paused_until_hit']} "
+        if hits < graphs.paused_until_hit:
+            lines.append(f"CUDA graphs paused: {graphs.misses} call(s) matched no recording against "
+                         f"{graphs.replays} replay(s); calls run directly until hit {graphs.paused_until_hit} "
                          f"(now {hits}), then replay resumes")  # fmt: skip
-        reason = self.refusals.get(index)
+        reason = graphs.refusal
         if reason is not None:
-            after = graphs["record_after_hit"]
-            retry = ("" if graphs["never_record"] else f"; next try at hit {after} (now {hits})" if after > hits
+            after = graphs.record_after_hit
+            retry = ("" if graphs.never_record else f"; next try at hit {after} (now {hits})" if after > hits
                      else "; tried again at the next call no recording fits")
-            lines.append(f"CUDA graph: {'none' if not graphs['recordings'] else 'not recorded'} ({reason}{retry})")
+            lines.append(f"CUDA graph: {'none' if not graphs.recordings else 'not recorded'} ({reason}{retry})")
         return lines
 
 
-def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, device: torch.device) -> str | None:
+def _capture(run: Runner, recording: Any, device: torch.device) -> str | None:
     """Runs the call once in recording mode under stream capture; None when the graph is ready to prove, else why
     not. The capture is the runtime's own (cuStreamBeginCapture on a side stream, thread-local mode), not
     torch.cuda.CUDAGraph's: a capture that fails there leaves torch's CUDA RNG state marked as capturing, and
@@ -187,7 +192,7 @@ def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, 
         with torch.cuda.stream(stream):
             recording.begin_capture(pool)
             try:
-                entry.run_spec(index, slots, RECORD, recording)
+                run(RECORD, recording)
             except Exception as e:  # noqa: BLE001 -- not capturable: say why, run directly
                 failure = recording.failure or f"{type(e).__name__}: {e}"
             else:
@@ -203,18 +208,17 @@ def _capture(entry: Any, index: int, slots: tuple[object, ...], recording: Any, 
     return None if failure is None else f"capture failed: {failure}"
 
 
-def _prove(entry: Any, index: int, slots: tuple[object, ...], recording: Any,
-           written: list[torch.Tensor]) -> tuple[object, str | None]:  # fmt: skip
+def _prove(run: Runner, recording: Any, written: list[torch.Tensor]) -> tuple[object, str | None]:
     """Direct run, then the first replay from the same state: (the call's result, None) when both agree bit for
     bit and the graph may be kept, else (the direct run's result, why not)."""
     before = [t.clone() for t in written]
-    direct = entry.run_spec(index, slots, DIRECT, None)  # the call itself: its exceptions are the caller's
+    direct = run(DIRECT)  # the call itself: its exceptions are the caller's
     after = [t.clone() for t in written]
     for t, saved in zip(written, before):
         t.copy_(saved)
     # Any failure of the proof: no graph, the direct run stands.
     try:
-        replayed = entry.run_spec(index, slots, REPLAY, recording)
+        replayed = run(REPLAY, recording)
     except Exception as e:  # noqa: BLE001
         failure = f"its first replay diverged: {recording.failure or e}"
     else:
