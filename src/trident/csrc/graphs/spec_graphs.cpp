@@ -24,8 +24,10 @@ int graphs_traverse(PyObject* self, visitproc visit, void* arg) {
   return 0;
 }
 
+// Empties the list instead of dropping it: the entry may still hold this object and read the list.
 int graphs_clear(PyObject* self) {
-  Py_CLEAR(as_graphs(self)->recordings);
+  PyObject* list = as_graphs(self)->recordings;
+  if (list != nullptr && PyList_SetSlice(list, 0, PY_SSIZE_T_MAX, nullptr) < 0) PyErr_Clear();
   return 0;
 }
 
