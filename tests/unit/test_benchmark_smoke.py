@@ -112,3 +112,20 @@ def test_hf_token_time_runs(tmp_path: Path) -> None:
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["system"] == "trident_jit" and cell["eager_calls"] == 0, cell
     assert cell["forward_host_us"]["median"] > 0 and cell["forward_back_to_back_ms"] > 0, cell
+
+
+def test_quantized_decode_parses_its_arguments_and_says_what_it_needs(tmp_path: Path) -> None:
+    """benchmarks/quantized_decode.py runs only with CUDA and gemlite; here, its options and its refusal."""
+    script = str(ROOT / "benchmarks" / "quantized_decode.py")
+    result = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "trident_graphs" in result.stdout and "hand_graph" in result.stdout and "--out" in result.stdout
+    result = subprocess.run([sys.executable, script, "--systems", "eager,nope"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "unknown system(s) ['nope']" in result.stderr, result.stderr
+    import torch
+
+    if not torch.cuda.is_available():
+        result = subprocess.run([sys.executable, script, "--work", str(tmp_path)], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2 and "needs a CUDA GPU" in result.stderr, result.stderr
