@@ -186,10 +186,13 @@ def first_and_checked_steps(step: Callable[[int], Any], count: int) -> tuple[flo
     return time.perf_counter() - start, [first] + checked_steps(step, 1, count)
 
 
-def timed_rounds(run_round: Callable[[], None], rounds: int, steps: int) -> list[float]:
-    """ms per step of each round: `steps` steps back to back, one synchronize at the end."""
+def timed_rounds(run_round: Callable[[], None], rounds: int, steps: int, cache: Any) -> list[float]:
+    """ms per step of each round: `steps` steps back to back, one synchronize at the end. The cache is reset
+    before each round, untimed: a StaticCache layer writes at its own counter (cumulative_length), not at the
+    step's cache_position, so rounds that repeat positions would otherwise write past its end."""
     times = []
     for _ in range(rounds):
+        cache.reset()
         torch.cuda.synchronize()
         start = time.perf_counter()
         run_round()
@@ -262,7 +265,7 @@ def measure_system(system: str, model: Any, positions: Positions, args: argparse
             for _ in timed_positions:
                 graph.replay()
 
-        cell["ms_per_step"] = timed_rounds(replay_round, args.rounds, args.steps)
+        cell["ms_per_step"] = timed_rounds(replay_round, args.rounds, args.steps, cache)
         return cell
     ready = model
     if system.startswith("trident"):
@@ -276,7 +279,7 @@ def measure_system(system: str, model: Any, positions: Positions, args: argparse
             for p in timed_positions:
                 step(p)
 
-        cell["ms_per_step"] = timed_rounds(step_round, args.rounds, args.steps)
+        cell["ms_per_step"] = timed_rounds(step_round, args.rounds, args.steps, cache)
     cell["checked_logits"] = logits
     if reference is not None:
         cell["bits_equal_eager"] = [same_bits(a, b) for a, b in zip(logits, reference)]

@@ -725,6 +725,11 @@ class RecordedLaunch:
         kernel = kernel_side_table.get_kernel(self.kernel_idx)
         constants = self.constants()
         configs = getattr(kernel, "configs", None) or []
+        # The autotuner passes its config's arguments itself; torch may have recorded them among the launch's
+        # (gemlite's EVEN_M), and passing them again is a TypeError.
+        from_configs = {name for config in configs for name in config.kwargs}
+        kwargs = {name: v for name, v in kwargs.items() if name not in from_configs}
+        constants = {name: v for name, v in constants.items() if name not in from_configs}
         if len(configs) > 1:
             # One recorded grid per config: pick the one of the config the autotuner runs.
             def launch_grid(meta: Mapping[str, Any]) -> tuple[Any, ...]:
