@@ -214,6 +214,7 @@ struct ReturnedSpan {
 struct PlanStep {
   bool kernel = false;
   std::vector<std::pair<int64_t, int64_t>> changing;  // (argument, word)
+  std::vector<int64_t> items;     // per changing argument: the list item the word is the address of, or -1
   std::vector<int64_t> offsets;   // per changing argument: a tensor's address minus its word; 0 for a scalar
   std::vector<int64_t> tags;      // per changing argument: its tag word as the step got it
   std::vector<int64_t> recorded;  // opaque, per changing argument: its value (address or bits) in the recording
