@@ -74,12 +74,13 @@ class ReplayPlan:
     """How a CUDA graph replay of the host program can skip running it (lowering/replay_plan.py): the symbol of
     the function that computes the `words` that can change between calls, how many tensors it hands the caller
     from the recording (`outputs`), and per step of the program, in order, whether it is a Triton launch and which
-    of its arguments is which word: ((argument, word), ...)."""
+    of its arguments is which word: ((argument, item, word), ...), where item is -1 for the argument itself and k
+    for the data address of item k of a Tensor[] or Tensor?[] argument."""
 
     symbol: str
     words: int
     outputs: int
-    steps: tuple[tuple[bool, tuple[tuple[int, int], ...]], ...]
+    steps: tuple[tuple[bool, tuple[tuple[int, int, int], ...]], ...]
 
 
 @dataclasses.dataclass(frozen=True)

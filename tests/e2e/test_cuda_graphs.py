@@ -18,6 +18,7 @@ from helpers_native import assert_native
 
 import trident
 import trident.dynamo
+from trident.artifact import ReplayPlan
 from trident.knobs import override
 from trident.graphs.recorder import RECORD_AT_HIT
 
@@ -542,6 +543,138 @@ def test_arguments_marked_static_are_read_in_place_and_one_that_moves_runs_direc
     torch._dynamo.mark_static_address(moved)
     assert same_bits(with_graphs(x.clone(), moved), f(x, moved))
     assert recording.counts["divergences"] == 1 and recording.counts["replays"] == counts[True]["replays"]
+
+
+def assert_replayed_every_call_after_recording(step: object, calls: int, staged: int, plan: bool) -> None:
+    """The jitted step's one specialization recorded one graph on its third hit and replayed every later call without
+    a divergence, with `staged` memcpy-staged argument tensors, and (with `plan`) a replay plan that is on and
+    replayed calls itself."""
+    text = trident.explain(step)
+    (spec,) = step._trident.specializations  # type: ignore[attr-defined]
+    graphs = step._trident.entry.graphs(0)  # type: ignore[attr-defined]
+    assert len(graphs.recordings) == 1, text
+    recording = graphs.recordings[0]
+    counts = recording.counts
+    assert counts["divergences"] == 0 and counts["replays"] == calls - RECORD_AT_HIT > 0, (counts, text)
+    assert counts["staged_inputs"] == staged, (counts, text)
+    if plan:
+        assert isinstance(spec.compiled.artifact.replay_plan, ReplayPlan), spec.compiled.artifact.replay_plan
+        assert recording.plan is not None and recording.plan["state"] == "on", text
+        assert recording.plan["replays"] > 0 and recording.plan["fallbacks"] == 0, recording.plan
+        assert "replay plan: on" in text, text
+    else:
+        assert recording.plan is None, text
+    assert_native(step, hits=calls, compiles=1)
+
+
+@gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+@pytest.mark.parametrize("index_kind", ["same_tensor", "fresh_tensor"])
+def test_an_index_tensor_inside_a_list_whose_contents_or_address_change_replays(index_kind: str, plan: bool) -> None:
+    """x[idx] and cache[:, idx] are aten::index.Tensor, whose Tensor?[] operand holds the argument idx (issue 40). Its
+    contents change every call, and with a fresh tensor per call (a decode loop's) its address too: the tensor inside
+    the list is staged as a tensor argument is, by a memcpy node that follows it, so every call after the recording
+    replays, from the replay plan too, with the direct path's and eager's bits."""
+
+    def f(x: torch.Tensor, cache: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[idx] * 2, cache[:, idx].sum(1)
+
+    x = torch.randn(64, 16, device="cuda")  # 4 KB: staged
+    cache = torch.randn(4, 4096, 16, device="cuda")  # 1 MB: read in place
+    idx = torch.zeros(2, dtype=torch.long, device="cuda")
+    calls = 40
+    with override(replay_plan=plan):
+        with_graphs, direct = jitted(f, True), jitted(f, False)
+        for p in range(calls):
+            values = torch.tensor([p % 64, (7 * p + 3) % 64], device="cuda")
+            if index_kind == "fresh_tensor":
+                idx = values
+            else:
+                idx.copy_(values)
+            got, want, eager = with_graphs(x, cache, idx), direct(x, cache, idx), f(x, cache, idx)
+            assert all(same_bits(a, b) and same_bits(a, c) for a, b, c in zip(got, want, eager)), f"call {p}"
+    # x, and idx once: cache[:, idx] reads the copy x[idx] staged
+    assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
+
+
+@gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_a_cat_of_argument_tensors_that_move_every_call_replays(plan: bool) -> None:
+    """torch.cat([a, b, a * 2]) takes a Tensor[] of argument tensors, new ones every call: each item is staged, or
+    reads the copy an earlier step staged of the same tensor (a, which a * 2 read first)."""
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a, b, a * 2]) + 1
+
+    calls = 24
+    with override(replay_plan=plan):
+        with_graphs, direct = jitted(f, True), jitted(f, False)
+        for p in range(calls):
+            a, b = torch.randn(2, 32, device="cuda"), torch.randn(3, 32, device="cuda")
+            got = with_graphs(a, b)
+            assert same_bits(got, direct(a, b)) and same_bits(got, f(a, b)), f"call {p}"
+    assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
+
+
+@torch.library.custom_op("trident_test_graphs::weighted_sum", mutates_args=())
+def weighted_sum(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
+    out = torch.zeros_like(tensors[0])
+    for t, w in zip(tensors, weights):
+        out += t * w
+    return out
+
+
+@weighted_sum.register_fake
+def _(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
+    return torch.empty_like(tensors[0])
+
+
+@gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_an_opaque_custom_op_taking_argument_tensors_in_a_list_replays(plan: bool) -> None:
+    """A custom op kept opaque with a Tensor[] operand (gemlite's forward_functional(Tensor[], int[]) is one; issue
+    41): the argument tensors in the list, new every call, are staged item by item; the op's own kernels are
+    recorded into the graph and replay with its Python never called."""
+    trident.keep_opaque("trident_test_graphs::weighted_sum")
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return weighted_sum([x, y * 2, y], [1, 2, 3]) + 1
+
+    calls = 24
+    with override(replay_plan=plan):
+        with_graphs, direct = jitted(f, True), jitted(f, False)
+        for p in range(calls):
+            x, y = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+            got = with_graphs(x, y)
+            assert same_bits(got, direct(x, y)) and same_bits(got, f(x, y)), f"call {p}"
+    # x, and y once (y * 2 stages it, the list's item 2 reads that copy)
+    assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
+
+
+@gpu
+def test_a_static_index_inside_a_list_is_read_in_place_and_one_that_moves_runs_directly() -> None:
+    """An index marked static is read where it lives (its contents may change; a replay compares its address), as a
+    tensor argument is; another index at another address diverges, runs directly with eager's result, and explain
+    names the list item that moved."""
+
+    def f(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x[idx] * 2
+
+    x = torch.randn(64, 16, device="cuda")
+    idx = torch.zeros(2, dtype=torch.long, device="cuda")
+    torch._dynamo.mark_static_address(idx)
+    with_graphs = jitted(f, True)
+    for p in range(RECORD_AT_HIT + 3):
+        idx.copy_(torch.tensor([p, 2 * p + 1], device="cuda"))
+        assert same_bits(with_graphs(x, idx), f(x, idx)), f"call {p}"
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None, trident.explain(with_graphs)
+    assert recording.counts["staged_inputs"] == 1 and recording.counts["replays"] == 3, recording.counts  # x only
+    moved = torch.tensor([5, 9], device="cuda")
+    torch._dynamo.mark_static_address(moved)
+    assert same_bits(with_graphs(x, moved), f(x, moved))
+    assert recording.counts["divergences"] == 1 and recording.counts["replays"] == 3, recording.counts
+    assert re.search(r"argument 1 of aten::index\.Tensor, item 0 moved", recording.failure), recording.failure
 
 
 @gpu

@@ -63,7 +63,7 @@ def test_the_decode_steps_have_plans(model_name: str, pos_kind: str) -> None:
         kernels = sum(kernel for kernel, _ in plan.steps)
         assert kernels >= 7 * model.config.layers and plan.outputs == 1, plan
         changing = [a for _, c in plan.steps for a in c]
-        assert changing and all(0 <= word < plan.words for _, word in changing), plan
+        assert changing and all(0 <= word < plan.words for _, _, word in changing), plan
 
 
 def _storages(objects: object) -> set[int]:
@@ -93,14 +93,23 @@ def _comparable(operand: object, outside: set[int]) -> tuple[bool, object]:
             return False, None  # memory the program made: a graph's own, which does not move between replays
         return True, operand.data_ptr()
     if isinstance(operand, (list, tuple)):
-        return not any(isinstance(t, torch.Tensor) for t in operand), operand
+        return True, operand  # of ints or other constants: a list of tensors is compared item by item
     return isinstance(operand, (int, float, bool, str, type(None), torch.dtype)), operand
+
+
+def _parts(operand: object) -> list[tuple[int, object]]:
+    """(item, what) for an operand as the plan's layout names it: each item of a list of tensors (Tensor[], Tensor?[]),
+    or the operand itself (-1)."""
+    if isinstance(operand, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in operand):
+        return list(enumerate(operand))
+    return [(-1, operand)]
 
 
 def assert_steps_follow_the_plan(step, call, positions, operators: bool) -> None:  # type: ignore[no-untyped-def]
     """What the runtime's learning and proving check on the GPU, checked here on the CPU over calls at these positions
     (`call(p)`: the arguments, new tensors every time as in a decode loop): a changing operand of a step is its word
-    plus an offset that stays the same (a scalar: its word), and every other operand the same in every call. An
+    plus an offset that stays the same (a scalar: its word), and every other operand the same in every call; a list
+    of tensors item by item (an argument tensor inside one is a word of its own). An
     operand the plan missed would keep its recorded value in a replay from the plan. Triton launches run through
     Triton's interpreter on CPU, where their operands can be seen. With `operators`, without the buffer pool, every
     step is a launch or a call through the dispatcher, which a dispatch mode sees in order (views, which make no
@@ -130,7 +139,7 @@ def assert_steps_follow_the_plan(step, call, positions, operators: bool) -> None
         patch.setattr(RecordedLaunch, "launch", seen)
         jf, _ = compiled(step, call(positions[0]), call(positions[0] + 1))
         specs = jf._trident.specializations  # type: ignore[attr-defined]
-        first: dict[tuple[int, int, int], object] = {}  # (specialization, step, operand): its offset or value
+        first: dict[tuple[int, int, int, int], object] = {}  # (specialization, step, operand, item): offset or value
         held, checked = [], 0  # held: every call's arguments stay alive, so the next call's are at other addresses
         for p in positions[2:]:
             with torch.no_grad(), override(cuda_graphs=True, replay_plan=True, disk_cache=False):
@@ -149,18 +158,21 @@ def assert_steps_follow_the_plan(step, call, positions, operators: bool) -> None
             outside = _storages(list(specs[index].compiled.artifact.constants)) | _storages(list(args))
             w = words(jf, index, *args)
             for i, ((_, what, operands), (_, changing)) in enumerate(zip(events, steps)):
-                words_of = dict(changing)
+                words_of = {(argument, item): word for argument, item, word in changing}
                 for j, operand in enumerate(operands):
-                    if j in words_of and not isinstance(operand, torch.Tensor):
-                        bits = struct.unpack("<q", struct.pack("<d", operand))[0] if isinstance(operand, float) \
-                            else int(operand)  # fmt: skip
-                        assert bits == w[words_of[j]], (p, i, what, j, "a scalar is not its word")
-                        continue
-                    compare, value = (True, operand.data_ptr() - w[words_of[j]]) if j in words_of \
-                        else _comparable(operand, outside)  # fmt: skip
-                    if compare:
-                        checked += 1
-                        assert first.setdefault((index, i, j), value) == value, (p, i, what, j, first[(index, i, j)])
+                    for k, part in _parts(operand):
+                        word = words_of.get((j, k))
+                        if word is not None and not isinstance(part, torch.Tensor):
+                            bits = struct.unpack("<q", struct.pack("<d", part))[0] if isinstance(part, float) \
+                                else int(part)  # fmt: skip
+                            assert bits == w[word], (p, i, what, j, k, "a scalar is not its word")
+                            continue
+                        compare, value = (True, part.data_ptr() - w[word]) if word is not None \
+                            else _comparable(part, outside)  # fmt: skip
+                        if compare:
+                            checked += 1
+                            key = (index, i, j, k)
+                            assert first.setdefault(key, value) == value, (p, i, what, j, k, first[key])
     assert checked, "no operand was checked"
 
 
@@ -347,3 +359,84 @@ def test_a_view_at_the_position_of_an_argument_written_in_place_runs_no_write() 
     expected = [cache.data_ptr(), cache[5].data_ptr(), rows.data_ptr()]  # add_'s operand, the row, rows
     assert sorted(words(jf, len(plans) - 1, cache, rows, 5)) == sorted(expected)
     assert torch.equal(cache, before)  # the words function wrote nothing
+
+
+def _list_items(plan: ReplayPlan) -> list[tuple[str, int, int]]:
+    """(step's kind, argument, item) of each word the plan's layout puts into a list of tensors."""
+    return [("kernel" if kernel else "operator", argument, item)
+            for kernel, changing in plan.steps for argument, item, _ in changing if item >= 0]  # fmt: skip
+
+
+def test_argument_tensors_inside_lists_are_words_of_their_own_items() -> None:
+    """cache[:, idx] is aten::index.Tensor(cache, [None, idx]) (Tensor?[], None a full slice) and torch.cat([a, b])
+    takes a Tensor[]: each argument tensor inside a list is one word, its data address, which the plan's layout
+    names as an item of the step's list argument (issue 40)."""
+
+    def f(cache: torch.Tensor, idx: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return cache[:, idx] * 2, torch.cat([a, b]) + 1
+
+    cache, idx, a, b = torch.randn(4, 16, 8), torch.tensor([3, 5]), torch.randn(2, 8), torch.randn(3, 8)
+    jf, plans = compiled(f, (cache, idx, a, b))
+    (plan,) = plans
+    assert isinstance(plan, ReplayPlan), plan
+    assert sorted(_list_items(plan)) == [("operator", 0, 0), ("operator", 0, 1), ("operator", 1, 1)], plan.steps
+    assert sorted(words(jf, 0, cache, idx, a, b)) == sorted(t.data_ptr() for t in (cache, idx, a, b))
+    # New tensors at other addresses: the words follow them.
+    moved = [torch.tensor([1, 2]), torch.randn(2, 8), torch.randn(3, 8)]
+    assert sorted(words(jf, 0, cache, *moved)) == sorted(t.data_ptr() for t in (cache, *moved))
+
+
+@pytest.mark.parametrize("operators", [True], ids=["every_step"])
+def test_each_step_reading_argument_tensors_inside_lists_gets_what_the_plan_computes(operators: bool) -> None:
+    """The oracle over calls with a new index and new tensors to concatenate every call: each list item the operators
+    get is its word (plus a fixed offset), every other item the same in every call."""
+
+    def step(table: torch.Tensor, idx: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return table[idx] * 2 + torch.cat([a, b]).sum(0) + table[:, idx % 4].sum()
+
+    table = torch.randn(8, 4)
+
+    def call(p: int) -> tuple[object, ...]:
+        return table, torch.tensor([p % 8]), torch.randn(2, 4), torch.randn(3, 4)
+
+    assert_steps_follow_the_plan(step, call, POSITIONS, operators)
+
+
+def test_an_argument_of_symbolic_sizes_inside_a_list_gets_no_plan_and_the_reason_names_the_item() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a, b]) * 2
+
+    a = torch.randn(2, 8)
+    _, plans = compiled(f, (a, torch.randn(4, 8)), (a, torch.randn(5, 8)), (a, torch.randn(6, 8)))
+    assert isinstance(plans[0], ReplayPlan), plans[0]
+    assert isinstance(plans[-1], NoReplayPlan), plans
+    assert "item 1: an argument whose sizes or strides are symbolic" in plans[-1].reason, plans[-1].reason
+
+
+@torch.library.custom_op("trident_test_plans::weighted_sum", mutates_args=())
+def weighted_sum(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
+    out = torch.zeros_like(tensors[0])
+    for t, w in zip(tensors, weights):
+        out += t * w
+    return out
+
+
+@weighted_sum.register_fake
+def _(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
+    return torch.empty_like(tensors[0])
+
+
+def test_an_opaque_custom_op_taking_a_list_of_argument_tensors_has_a_word_per_item() -> None:
+    """A custom op Trident keeps opaque (gemlite's forward_functional(Tensor[] tensor_args, int[] meta_args) is one):
+    the argument tensors in its Tensor[] operand are words of their items (issue 41)."""
+    trident.keep_opaque("trident_test_plans::weighted_sum")
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return weighted_sum([x, y * 2, y], [1, 2, 3]) + 1
+
+    x, y = torch.randn(8), torch.randn(8)
+    jf, plans = compiled(f, (x, y))
+    assert isinstance(plans[0], ReplayPlan), plans[0]
+    assert [item for _, _, item in _list_items(plans[0])] == [0, 2], plans[0].steps  # y * 2: a tensor the program made
+    assert sorted(words(jf, 0, x, y)) == sorted([x.data_ptr(), y.data_ptr()])
+    assert torch.equal(jf(x, y), f(x, y))

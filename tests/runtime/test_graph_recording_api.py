@@ -115,3 +115,17 @@ def test_a_refusal_for_good_stops_the_recorder_calls() -> None:
     assert calls == [0] and graphs.never_record and graphs.record_after_hit == 2**64 - 1
     assert graphs.refusal == "no CUDA tensor among the arguments"
     assert entry.hits() == [41] and graphs.recordings == []
+
+
+def test_a_replay_plans_layout_names_the_list_item_each_word_patches() -> None:
+    """set_plan takes (argument, item, word) per changing argument (artifact.ReplayPlan): item -1 is the argument
+    itself, k the data address of item k of a Tensor[] or Tensor?[] argument. A plan whose steps are not the
+    recording's is kept off, with the reason."""
+    recording = load_runtime().GraphRecording(0, [])
+    with pytest.raises(ValueError, match="an argument, list item or word out of range"):
+        recording.set_plan(1, 1, 0, [(False, [(1, -2, 0)])])
+    with pytest.raises(TypeError):
+        recording.set_plan(1, 1, 0, [(False, [(1, 0)])])  # (argument, word): no item
+    assert recording.plan is None
+    recording.set_plan(1, 2, 0, [(False, [(1, 0, 0), (1, -1, 1)])])
+    assert recording.plan["state"] == "off" and recording.plan["reason"] == "the recording has 0 steps, the plan 1"

@@ -32,7 +32,9 @@ from ..guards.values import SequenceGuard
 from .code_deps import CodeDependency
 from .provenance import Root
 
-MAGIC = b"TRIDENT-SPEC-12\n"  # 12: view operators call trident_view_call; 11: VariantArguments.param_sources; 10: guards in trident.guards, GuardSet frozen
+# 12: view operators call trident_view_call, ReplayPlan steps name list items; 11: VariantArguments.param_sources;
+# 10: guards in trident.guards
+MAGIC = b"TRIDENT-SPEC-12\n"
 _DIGEST = 32
 SCALAR_TYPES = (type(None), bool, int, float, str)
 

@@ -16,10 +16,12 @@ arguments is which word; the runtime (csrc/graphs/replay_plan.cpp) learns the re
 and proves the plan against them before it uses it.
 
 A view of an argument whose parameters change with the call (table[pos : pos + 1]) is made by the words function
-itself, as the host program makes it, and its address is the word. A program gets no plan, with the reason kept
-for explain, when a step operand that can change is anything else: a view at a changing position of a tensor the
-program made, an int computed on the device, a changing scalar inside a list or passed where the operator takes a
-tensor, an argument whose sizes or strides are symbolic, or a result that is a view of an argument.
+itself, as the host program makes it, and its address is the word. An argument tensor inside a list of tensors (the
+index of x[idx], the tensors of a cat, a custom op's Tensor[]) is a word of its own, and the plan names the list
+item it is. A program gets no plan, with the reason kept for explain, when a step operand that can change is
+anything else: a view at a changing position of a tensor the program made, an int computed on the device, a changing
+scalar inside a list or passed where the operator takes a tensor, an argument whose sizes or strides are symbolic,
+or a result that is a view of an argument.
 """
 from __future__ import annotations
 
@@ -194,7 +196,7 @@ class ReplayPlanLowering(HostProgramLowering):
         self.static_geometry = static_geometry  # per block argument: its sizes and strides are constants
         self.word_of: dict[str, int] = {}  # SSA value -> its word
         self.addresses: dict[str, str] = {}  # SSA of a root's handle -> SSA of its data address
-        self.steps: list[tuple[bool, tuple[tuple[int, int], ...]]] = []
+        self.steps: list[tuple[bool, tuple[tuple[int, int, int], ...]]] = []
         self.graph_outputs = 0
 
     def plan(self) -> ReplayPlan:
@@ -287,21 +289,49 @@ class ReplayPlanLowering(HostProgramLowering):
         self, op: ir.Operation, kernel: bool, arguments: dict[int, int], wrapped: frozenset[int] = frozenset()
     ) -> None:  # fmt: skip
         """One step of the recording: stores the operands that can change, and notes which argument of the
-        step each is."""
+        step each is, and which item of it for a tensor inside a list (-1: the argument itself)."""
         what = f"{'Triton launch' if kernel else 'operator'} {op_kind(op)}"
-        changing: list[tuple[int, int]] = []
+        changing: list[tuple[int, int, int]] = []
         for i, operand in enumerate(op.operands):
-            word = self._changing_word(operand, f"operand {i} of {what}", wrapped_scalar=i in wrapped)
-            if word is None:
+            words = self._changing_words(operand, f"operand {i} of {what}", wrapped_scalar=i in wrapped)
+            if not words:
                 continue
             if i not in arguments:
                 raise Ineligible(f"operand {i} of {what} changes with the call but does not reach the step as it is")
-            changing.append((arguments[i], word))
+            if kernel and any(item >= 0 for item, _ in words):
+                raise Ineligible(f"operand {i} of {what}: a list of tensors that changes with the call")
+            changing.extend((arguments[i], item, word) for item, word in words)
         self.steps.append((kernel, tuple(changing)))
 
-    def _changing_word(self, operand: ir.Value, where: str, wrapped_scalar: bool = False) -> int | None:
-        """The word of an operand that can change between calls, None for one that cannot."""
+    def _changing_words(self, operand: ir.Value, where: str, wrapped_scalar: bool = False) -> list[tuple[int, int]]:
+        """(item, word) of each part of an operand that can change between calls: the operand itself (item -1), or
+        the argument tensors inside a list of tensors, one word per item."""
         value = self.values[operand]
+        if value.kind == "list":
+            return self._list_item_words(operand, value, where)
+        word = self._changing_word(operand, value, where, wrapped_scalar)
+        return [] if word is None else [(-1, word)]
+
+    def _list_item_words(self, operand: ir.Value, value: _Lowered, where: str) -> list[tuple[int, int]]:
+        """The words of a list's items: the data address of each argument tensor in it (a replay stages or compares
+        it as the item it is); its other items must not change."""
+        producer = _defining_op(operand)
+        built = producer is not None and producer.name == "torch.prim.ListConstruct"
+        items = list(producer.operands) if built else []  # type: ignore[union-attr]
+        if len(items) != len(value.items):
+            raise Ineligible(f"{where}: a list the program did not build itself")
+        words = []
+        for k, item in enumerate(items):
+            if _is_tensor(item):
+                word = self._tensor_word(item, f"{where}, item {k}")
+                if word is not None:
+                    words.append((k, word))
+            elif not _is_constant(item) and str(item.type) != "!torch.none":
+                raise Ineligible(f"{where}: a list with an item that changes with the call (item {k})")
+        return words
+
+    def _changing_word(self, operand: ir.Value, value: _Lowered, where: str, wrapped_scalar: bool) -> int | None:
+        """The word of an operand that is no list and can change between calls, None for one that cannot."""
         if value.kind == "device-value":
             raise Ineligible(f"{where}: {value.elem}")
         if value.kind in ("int", "bool", "float"):
@@ -311,33 +341,24 @@ class ReplayPlanLowering(HostProgramLowering):
                 raise Ineligible(f"{where}: a scalar that changes with the call, where the operator takes a tensor")
             _, bits = self._scalar_slot(value)
             return self._word(value.ssa, bits)
-        if value.kind == "list":
-            producer = _defining_op(operand)
-            built = producer is not None and producer.name == "torch.prim.ListConstruct"
-            items = list(producer.operands) if built else []  # type: ignore[union-attr]
-            if len(items) != len(value.items):
-                raise Ineligible(f"{where}: a list the program did not build itself")
-            for item in items:
-                if _is_tensor(item):
-                    kind, _ = self._tensor_root(item, where)
-                    if kind != "intermediate":
-                        raise Ineligible(f"{where}: an argument tensor inside a list")
-                elif not _is_constant(item) and str(item.type) != "!torch.none":
-                    raise Ineligible(f"{where}: a list with an item that changes with the call")
-            return None
         if value.kind in ("tensor", "graph"):
-            kind, root = self._tensor_root(operand, where)
-            if kind == "intermediate":
-                return None
-            assert root is not None
-            self._check_static(root, where)
-            handle = self.values[root].ssa
-            if handle not in self.addresses:
-                address = self.fb.call(abi.TENSOR_DATA_ADDRESS, [handle])
-                assert address is not None
-                self.addresses[handle] = address
-            return self._word(self.addresses[handle], self.addresses[handle])
+            return self._tensor_word(operand, where)
         return None  # None, a string, a device: constants of the program
+
+    def _tensor_word(self, operand: ir.Value, where: str) -> int | None:
+        """The word of a tensor operand (or list item) whose address can change: its root's data address; None for
+        a tensor a step made."""
+        kind, root = self._tensor_root(operand, where)
+        if kind == "intermediate":
+            return None
+        assert root is not None
+        self._check_static(root, where)
+        handle = self.values[root].ssa
+        if handle not in self.addresses:
+            address = self.fb.call(abi.TENSOR_DATA_ADDRESS, [handle])
+            assert address is not None
+            self.addresses[handle] = address
+        return self._word(self.addresses[handle], self.addresses[handle])
 
     def _tensor_root(self, operand: ir.Value, where: str) -> tuple[str, ir.Value | None]:
         try:

@@ -193,7 +193,7 @@ PyObject* recording_times(PyObject* self, void*) {
                        "inside", (long long)t->inside, "unreplayed", (long long)t->unreplayed);
 }
 
-// set_plan(words_fn: int, words: int, outputs: int, steps: [(kernel, [(argument, word)])]): replay without the
+// set_plan(words_fn: int, words: int, outputs: int, steps: [(kernel, [(argument, item, word)])]): replay without the
 // host program once the plan is learned and proven (graphs/replay_plan.cpp); artifact.ReplayPlan has the layout. A plan
 // whose steps are not the recording's is kept off, with the reason.
 PyObject* recording_set_plan(PyObject* self, PyObject* args) {
@@ -215,13 +215,14 @@ PyObject* recording_set_plan(PyObject* self, PyObject* args) {
     PyObject* pairs = ok ? PySequence_Fast(changing, "set_plan: a step's arguments must be a sequence") : nullptr;
     ok = pairs != nullptr;
     for (Py_ssize_t j = 0; ok && j < PySequence_Fast_GET_SIZE(pairs); ++j) {
-      long long argument = 0, word = 0;
-      ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(pairs, j), "LL", &argument, &word) != 0;
-      if (ok && (argument < 0 || word < 0 || word >= n_words)) {
-        PyErr_SetString(PyExc_ValueError, "set_plan: an argument or word out of range");
+      long long argument = 0, item = -1, word = 0;
+      ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(pairs, j), "LLL", &argument, &item, &word) != 0;
+      if (ok && (argument < 0 || item < -1 || word < 0 || word >= n_words)) {
+        PyErr_SetString(PyExc_ValueError, "set_plan: an argument, list item or word out of range");
         ok = false;
       }
       step.changing.emplace_back(argument, word);
+      step.items.push_back(item);
     }
     Py_XDECREF(pairs);
     step.kernel = kernel != 0;

@@ -103,13 +103,23 @@ extern Driver driver;  // resolved by resolve_driver (graphs/replay.cpp)
 
 enum class StepKind { kOpaque, kKernel, kEmptyLaunch };
 
-// An argument of an opaque step that lives outside the graph and may move: the step works on a buffer of the
-// graph's, filled by a memcpy node before it (`in`) and, for an argument written in place, copied back by one
-// after it (`out`). Both follow the argument's address by a patch. A read-only argument an earlier step staged
-// (the same view of the same storage, which no step wrote since) is read from that step's buffer instead, with
-// no node of its own: a replay only checks that it is still the tensor the earlier step staged (`owner_step`).
+// Where a tensor sits among an opaque step's arguments: argument `argument` itself (`item` -1), or item `item` of
+// that argument, a Tensor[] or Tensor?[] list. A tensor inside a list is staged, signed and compared as a tensor
+// argument is.
+struct TensorArgument {
+  int64_t argument = -1;
+  int64_t item = -1;
+};
+
+// An argument tensor of an opaque step (a tensor argument or a list item) that lives outside the graph and may
+// move: the step works on a buffer of the graph's, filled by a memcpy node before it (`in`) and, for a tensor
+// written in place, copied back by one after it (`out`). Both follow the tensor's address by a patch. A read-only
+// tensor an earlier step staged (the same view of the same storage, which no step wrote since) is read from that
+// step's buffer instead, with no node of its own: a replay only checks that it is still the tensor the earlier
+// step staged (`owner_step`).
 struct StagedInput {
   int64_t argument;
+  int64_t item;     // the list item staged, or -1: the argument itself
   CUgraphNode in;   // null: read from the owner's copy
   CUgraphNode out;  // null: the argument is only read
   uint64_t address;  // the argument's address the nodes use now
@@ -156,11 +166,12 @@ struct Step {
   std::string name;
   std::vector<int64_t> signature;  // opaque: inputs (staged inputs without their address)
   std::vector<at::Tensor> results;  // opaque: recorded results (undefined for None)
-  std::vector<int64_t> result_arguments;  // per result: the argument it is (in-place ops, staged or not), or -1
+  std::vector<TensorArgument> result_arguments;  // per result: the argument tensor it is (in-place ops), or none
   uint64_t scalar_results = 0;  // bit k: result k is a scalar, whose recorded bits are scalar_bits[k]
   std::vector<int64_t> scalar_bits;
   std::vector<StagedInput> staged;
   uint64_t staged_arguments = 0;  // bit i: argument i is staged
+  std::vector<TensorArgument> staged_items;  // the list items staged, in argument then item order
   std::vector<FollowedScalar> followed;
   uint64_t followed_arguments = 0;  // bit i: argument i is followed (left out of the signature but for its tag)
   FollowedRange range;
@@ -203,6 +214,7 @@ struct ReturnedSpan {
 struct PlanStep {
   bool kernel = false;
   std::vector<std::pair<int64_t, int64_t>> changing;  // (argument, word)
+  std::vector<int64_t> items;     // per changing argument: the list item the word is the address of, or -1
   std::vector<int64_t> offsets;   // per changing argument: a tensor's address minus its word; 0 for a scalar
   std::vector<int64_t> tags;      // per changing argument: its tag word as the step got it
   std::vector<int64_t> recorded;  // opaque, per changing argument: its value (address or bits) in the recording
@@ -274,19 +286,29 @@ inline const at::Tensor& tensor_at(int64_t value) { return *reinterpret_cast<con
 
 // --- Signatures (graphs/signature.cpp) ------------------------------------------------------------------------
 
-// The signature of an operator's inputs (tag words, then per argument what its work depends on besides memory
-// contents); false when an argument is a tensor a graph cannot stand for (a CPU tensor with more than one element
-// is read by the host when the operator runs). Bit i of `free_arguments`: argument i is left out but for its tag
-// and layout (a staged input's address, which its memcpy node follows; a followed scalar's value, which its
-// memsets follow).
-bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out);
+// What a signature leaves out of an opaque step's inputs but for their tags and layouts: bit i of `arguments`,
+// argument i (a staged tensor's address, which its memcpy nodes follow; a followed scalar's value, which its
+// memsets follow), and the addresses of the staged list items `items` (in argument then item order).
+struct FreeInputs {
+  uint64_t arguments = 0;
+  const std::vector<TensorArgument>* items = nullptr;
+};
+
+// The signature of an operator's inputs (tag words, a list's length among them, then per argument, and per item of
+// a list, what its work depends on besides memory contents); false when an argument is a tensor a graph cannot
+// stand for (a CPU tensor with more than one element is read by the host when the operator runs).
+bool signature(const int64_t* args, int64_t nargs, const FreeInputs& free, std::vector<int64_t>* out);
 // Whether these inputs have the recorded signature (as signature() would build it, without building it).
-bool same_signature(const std::vector<int64_t>& recorded, const int64_t* args, int64_t nargs, uint64_t free_arguments);
-// Why an opaque step's inputs differ from its recorded signature, for explain: the first argument that differs,
-// and how.
-std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments);
-// Calls f(argument index, tensor) for every tensor among the arguments, list items included.
-void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f);
+bool same_signature(const std::vector<int64_t>& recorded, const int64_t* args, int64_t nargs, const FreeInputs& free);
+// Why an opaque step's inputs differ from its recorded signature, for explain: the first argument (and list item)
+// that differs, and how.
+std::string difference(const Step& step, const int64_t* args, int64_t nargs, const FreeInputs& free);
+// Calls f(argument index, list item or -1, tensor) for every tensor among the arguments, list items included.
+void for_each_tensor(const int64_t* args, int64_t nargs,
+                     const std::function<void(int64_t, int64_t, const at::Tensor&)>& f);
+// The tensor at `where` among these arguments; null for None (a null handle or list entry) or a tag that holds no
+// tensor there.
+const at::Tensor* tensor_argument(const int64_t* args, int64_t nargs, TensorArgument where);
 // The bytes of its storage tensor `t` can reach: [*begin, *end) from the storage's start.
 void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end);
 

@@ -5,15 +5,15 @@
  * allocator, starts stream capture (begin_capture) and runs the host program once through record(). Each runtime
  * function that does device work becomes a step, in program order:
  *  - a native Triton launch is launched into the capture; its node is kept with the parameters it got;
- *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture;
- *    its results are kept (their memory belongs to the graph from then on) with a signature of its inputs:
- *    tensor addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small argument from outside
- *    the graph that is not a whole constant (a token tensor, a row of a position table, a column of a block
- *    table, the row of a cache written at a position) is staged: a memcpy node copies its bytes into graph
- *    memory, the operator works on the copy, and a second memcpy node copies it back when the operator writes it
- *    (contiguous ones only); both follow the argument when it moves. An in-place operator's result that is such
- *    an argument is the argument itself. A host scalar that changes (a fill's value, the integer operand of
- *    arithmetic) is written by memset nodes a replay patches (graphs/scalars.cpp).
+ *  - an opaque operator (ATen, cuBLAS, a custom op, a pooled allocation or matmul) runs into the capture; its
+ *    results are kept (their memory belongs to the graph from then on) with a signature of its inputs: tensor
+ *    addresses, layouts and dtypes, scalars, 0-dim CPU tensors by value. A small argument from outside the graph
+ *    that is not a whole constant (a token tensor, a row of a position table, a column of a block table, the row of
+ *    a cache written at a position; a tensor inside a list operand too, item by item) is staged: a memcpy node
+ *    copies its bytes into graph memory, the operator works on the copy, and a second memcpy node copies it back
+ *    when the operator writes it (contiguous ones only); both follow the argument when it moves. An in-place
+ *    operator's result that is such an argument is the argument itself. A host scalar that changes (a fill's value,
+ *    the integer operand of arithmetic) is written by memset nodes a replay patches (graphs/scalars.cpp).
  * Views make no device work and run as usual in both modes.
  *
  * Replay. replay() runs the host program again with `active` set: every Triton step computes its launch as
@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -181,12 +182,13 @@ bool capturing_stream(int32_t device, CUstream* stream) {
 
 constexpr int64_t kMaxStagedBytes = 64 * 1024;
 
-// Recording: whether argument `i` of an opaque step, tensor `t`, is read from outside the graph, may move between
-// calls and is cheap to copy in (see the file comment). The copy is of the bytes from its first element to its
-// last, so a strided view (a column of a block table) stages as it is. An argument the operator writes is staged
-// only when contiguous, and no argument is staged whose storage another argument shares: its copy would stop
-// sharing memory with the other.
-bool stageable(const Recording* rec, const at::Tensor& t, int64_t i, bool written, const int64_t* args,
+// Recording: whether argument tensor `t` of an opaque step (at `where`: an argument, or an item of a list) is read
+// from outside the graph, may move between calls and is cheap to copy in (see the file comment). The copy is of
+// the bytes from its first element to its last, so a strided view (a column of a block table) stages as it is. A
+// tensor the operator writes is staged only when contiguous, and no tensor is staged whose storage another tensor
+// of the step shares (another argument, or another item of the same list): its copy would stop sharing memory
+// with the other.
+bool stageable(const Recording* rec, const at::Tensor& t, TensorArgument where, bool written, const int64_t* args,
                int64_t nargs) {
   if (!t.is_cuda() || t.numel() == 0 || (written && !t.is_contiguous())) return false;
   int64_t begin = 0, end = 0;
@@ -198,10 +200,50 @@ bool stageable(const Recording* rec, const at::Tensor& t, int64_t i, bool writte
                               static_cast<size_t>(t.nbytes()) == t.storage().nbytes();
   if (whole_constant) return false;
   bool shared = false;
-  for_each_tensor(args, nargs, [&](int64_t k, const at::Tensor& other) {
-    shared = shared || (k != i && storage_of(other) == storage);
+  for_each_tensor(args, nargs, [&](int64_t i, int64_t k, const at::Tensor& other) {
+    shared = shared || ((i != where.argument || k != where.item) && storage_of(other) == storage);
   });
   return !shared;
+}
+
+// Recording: stages argument tensor `where` of the step being recorded when it is stageable (a memcpy node into a
+// buffer of the graph's, or an earlier step's read-only copy), pointing `*slot`, its handle in the operator's copy
+// of the arguments, at the buffer. false: the driver refused the copy.
+bool stage(Recording* rec, Step* step, TensorArgument where, bool writes, const int64_t* args, int64_t nargs,
+           CUstream stream, std::deque<at::Tensor>* buffers, int64_t* slot) {
+  const at::Tensor& t = *tensor_argument(args, nargs, where);
+  if (!stageable(rec, t, where, writes, args, nargs)) return true;
+  const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  if (where.item < 0) {
+    step->staged_arguments |= uint64_t{1} << where.argument;
+  } else {
+    step->staged_items.push_back(where);
+  }
+  if (const SharedCopy* prior = writes ? nullptr : shared_copy(rec, t)) {
+    const StagedInput& owner = (*rec->steps)[prior->step].staged[prior->index];
+    step->staged.push_back({where.argument, where.item, nullptr, nullptr, address, owner.buffer, owner.bytes,
+                            prior->step, prior->index});
+    *slot = reinterpret_cast<int64_t>(&buffers->emplace_back(prior->copy));
+    return true;
+  }
+  // The copy has the argument's strides, over a buffer of the bytes from its first element to its last.
+  int64_t begin = 0, end = 0;
+  byte_span(t, &begin, &end);
+  const size_t bytes = static_cast<size_t>(end - begin);
+  const at::Tensor span = at::empty({end - begin}, t.options().dtype(at::kByte));
+  at::Tensor copy = at::empty({0}, t.options()).set_(span.storage(), 0, t.sizes(), t.strides());
+  const uint64_t buffer = reinterpret_cast<uintptr_t>(copy.data_ptr());
+  CUgraphNode in = nullptr;
+  if (driver.memcpy_async(buffer, address, bytes, stream) != 0 || !last_node(stream, &in)) return false;
+  step->staged.push_back({where.argument, where.item, in, nullptr, address, buffer, bytes});
+  if (!writes) {
+    rec->shared_copies->push_back({storage_of(t), t.storage_offset(), t.sizes().vec(), t.strides().vec(),
+                                   t.scalar_type(), static_cast<int64_t>(rec->steps->size()),
+                                   static_cast<int64_t>(step->staged.size() - 1), copy});
+  }
+  rec->internal->insert(storage_of(copy));
+  *slot = reinterpret_cast<int64_t>(&buffers->emplace_back(std::move(copy)));
+  return true;
 }
 
 int32_t record_opaque(Recording* rec, const void* identity, const char* name, const int64_t* args, int64_t nargs,
@@ -211,47 +253,31 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   step.scalar_results = scalar_results;
   CUstream stream = nullptr;
   if (!capturing_stream(rec->device, &stream)) return refuse(rec, std::string(name) + " ran outside the capture");
-  // Stage the inputs that may move: a copy of the argument array, pointing at the staging buffers.
+  // Stage the tensors that may move, list items included: a copy of the argument array (and of each list of
+  // tensors) pointing at the staging buffers. Deques: the operator gets handles to their elements.
   std::vector<int64_t> patched(args, args + 2 * nargs);
-  std::vector<at::Tensor> buffers;
-  buffers.reserve(nargs);
+  std::deque<at::Tensor> buffers;
+  std::deque<std::vector<int64_t>> lists;
   for (int64_t i = 0; i < nargs && i < 64; ++i) {
-    if ((args[2 * i] & TRIDENT_ARG_TAG_MASK) != TRIDENT_TAG_TENSOR || args[2 * i + 1] == 0) continue;
-    const at::Tensor& t = tensor_at(args[2 * i + 1]);
+    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
     const bool writes = (written >> i & 1) != 0;
-    if (!stageable(rec, t, i, writes, args, nargs)) continue;
-    const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
-    if (const SharedCopy* prior = writes ? nullptr : shared_copy(rec, t)) {
-      const StagedInput& owner = (*rec->steps)[prior->step].staged[prior->index];
-      step.staged.push_back({i, nullptr, nullptr, address, owner.buffer, owner.bytes, prior->step, prior->index});
-      step.staged_arguments |= uint64_t{1} << i;
-      buffers.push_back(prior->copy);
-      patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
-      continue;
+    if (tag == TRIDENT_TAG_TENSOR && value != 0) {
+      if (!stage(rec, &step, {i, -1}, writes, args, nargs, stream, &buffers, &patched[2 * i + 1])) {
+        return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
+      }
+    } else if ((tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) && value != 0) {
+      const auto* items = reinterpret_cast<const int64_t*>(value);
+      std::vector<int64_t>& list = lists.emplace_back(items, items + (tag_word >> TRIDENT_ARG_LENGTH_SHIFT));
+      patched[2 * i + 1] = reinterpret_cast<int64_t>(list.data());
+      for (int64_t k = 0; k < static_cast<int64_t>(list.size()); ++k) {
+        if (list[k] != 0 && !stage(rec, &step, {i, k}, writes, args, nargs, stream, &buffers, &list[k])) {
+          return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
+        }
+      }
     }
-    // The copy has the argument's strides, over a buffer of the bytes from its first element to its last.
-    int64_t begin = 0, end = 0;
-    byte_span(t, &begin, &end);
-    const size_t bytes = static_cast<size_t>(end - begin);
-    const at::Tensor span = at::empty({end - begin}, t.options().dtype(at::kByte));
-    at::Tensor copy = at::empty({0}, t.options()).set_(span.storage(), 0, t.sizes(), t.strides());
-    const uint64_t buffer = reinterpret_cast<uintptr_t>(copy.data_ptr());
-    CUgraphNode in = nullptr;
-    if (driver.memcpy_async(buffer, address, bytes, stream) != 0 || !last_node(stream, &in)) {
-      return refuse(rec, std::string("staging an input of ") + name + " into the graph failed");
-    }
-    step.staged.push_back({i, in, nullptr, address, buffer, bytes});
-    step.staged_arguments |= uint64_t{1} << i;
-    if (!writes) {
-      rec->shared_copies->push_back({storage_of(t), t.storage_offset(), t.sizes().vec(), t.strides().vec(),
-                                     t.scalar_type(), static_cast<int64_t>(rec->steps->size()),
-                                     static_cast<int64_t>(step.staged.size() - 1), copy});
-    }
-    buffers.push_back(copy);
-    patched[2 * i + 1] = reinterpret_cast<int64_t>(&buffers.back());
-    rec->internal->insert(storage_of(copy));
   }
-  if (!signature(args, nargs, step.staged_arguments, &step.signature)) {
+  if (!signature(args, nargs, {step.staged_arguments, &step.staged_items}, &step.signature)) {
     return refuse(rec, std::string(name) + " reads a CPU tensor (the host reads it when the operator runs)");
   }
   // A host scalar memset nodes can follow (graphs/scalars.cpp) is left out of the signature.
@@ -259,11 +285,12 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   std::vector<int64_t> scalar_signature;
   CUgraphNode before = nullptr;
   if (scalar.kind != HostScalar::kNone) {
-    signature(args, nargs, step.staged_arguments | scalar.arguments, &scalar_signature);
+    signature(args, nargs, {step.staged_arguments | scalar.arguments, &step.staged_items}, &scalar_signature);
     if (!last_node(stream, &before)) before = nullptr;
   }
-  for_each_tensor(args, nargs,
-                  [&](int64_t i, const at::Tensor& t) { note_outside(rec, t, i >= 64 || (written >> i & 1)); });
+  for_each_tensor(args, nargs, [&](int64_t i, int64_t, const at::Tensor& t) {
+    note_outside(rec, t, i >= 64 || (written >> i & 1));
+  });
   // The operator itself runs with no recording active: Python it calls (a custom op's kernel, a nested jitted
   // function) runs as it would outside, into the same capture.
   active = nullptr;
@@ -296,7 +323,7 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
   }
   step.scalar_bits.assign(nrets, 0);
   for (int64_t k = 0; k < nrets; ++k) {
-    step.result_arguments.push_back(-1);
+    step.result_arguments.emplace_back();
     if (k < 64 && (scalar_results >> k & 1)) {
       step.scalar_bits[k] = reinterpret_cast<intptr_t>(rets[k]);
       step.results.emplace_back();
@@ -310,30 +337,33 @@ int32_t record_opaque(Recording* rec, const void* identity, const char* name, co
     if (!r.is_cuda()) return refuse(rec, std::string(name) + " made a CPU tensor");
     // An in-place operator returns its (staged) argument: the caller gets the argument itself, as directly.
     for (const StagedInput& staged : step.staged) {
-      const at::Tensor& buffer = tensor_at(patched[2 * staged.argument + 1]);
-      if (staged.out == nullptr || !r.is_same(buffer)) continue;
-      step.result_arguments.back() = staged.argument;
+      const TensorArgument where{staged.argument, staged.item};
+      if (staged.out == nullptr || !r.is_same(*tensor_argument(patched.data(), nargs, where))) continue;
+      step.result_arguments.back() = where;
       trident_tensor_delete(rets[k]);
-      rets[k] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(tensor_at(args[2 * staged.argument + 1])));
+      rets[k] = reinterpret_cast<AtenTensorHandle>(new at::Tensor(*tensor_argument(args, nargs, where)));
+      break;
     }
     // An in-place operator on an argument read in place (a static KV cache): the step keeps the argument's index,
     // not the tensor. Holding it would keep the caller's memory alive after the caller let go of it, so a new
     // cache of the same shapes could never take the freed addresses and every generate() would record again.
-    if (step.result_arguments.back() < 0) {
-      for_each_tensor(args, nargs, [&](int64_t i, const at::Tensor& t) {
-        if (step.result_arguments.back() < 0 && i < 64 && !(step.staged_arguments >> i & 1) && r.is_same(t)) {
-          step.result_arguments.back() = i;
+    if (step.result_arguments.back().argument < 0) {
+      for_each_tensor(args, nargs, [&](int64_t i, int64_t item, const at::Tensor& t) {
+        if (step.result_arguments.back().argument < 0 && i < 64 && r.is_same(t) &&
+            r.is_same(*tensor_argument(patched.data(), nargs, {i, item}))) {  // not staged: read in place
+          step.result_arguments.back() = {i, item};
         }
       });
     }
-    if (step.result_arguments.back() >= 0) {
+    if (step.result_arguments.back().argument >= 0) {
       step.results.emplace_back();
       continue;
     }
     for (const StagedInput& staged : step.staged) {
       // A result sharing a read-only staged copy (an operator that returned its input) would take later writes
       // that directly land in the argument itself.
-      if (staged.out == nullptr && storage_of(r) == storage_of(tensor_at(patched[2 * staged.argument + 1]))) {
+      const at::Tensor& copy = *tensor_argument(patched.data(), nargs, {staged.argument, staged.item});
+      if (staged.out == nullptr && storage_of(r) == storage_of(copy)) {
         return refuse(rec, std::string(name) + " returned memory of an argument it only reads");
       }
     }
@@ -352,9 +382,9 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   if (step.kind != StepKind::kOpaque || step.identity != identity) {
     return diverge(rec, std::string(name) + " where the recording has " + step.name);
   }
-  const uint64_t free_arguments = step.staged_arguments | step.followed_arguments;
-  if (!same_signature(step.signature, args, nargs, free_arguments)) {
-    return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free_arguments));
+  const FreeInputs free{step.staged_arguments | step.followed_arguments, &step.staged_items};
+  if (!same_signature(step.signature, args, nargs, free)) {
+    return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free));
   }
   if (!step.followed.empty()) {
     for (FollowedScalar& f : step.followed) {
@@ -370,7 +400,9 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
     }
   }
   for (StagedInput& staged : step.staged) {
-    const uint64_t address = reinterpret_cast<uintptr_t>(tensor_at(args[2 * staged.argument + 1]).const_data_ptr());
+    // The signature matched: the staged tensor is there, with its recorded layout.
+    const at::Tensor& t = *tensor_argument(args, nargs, {staged.argument, staged.item});
+    const uint64_t address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
     if (!follow_staged(rec, &staged, address)) {
       return diverge(rec, "a staged argument of " + step.name + " could not be patched");
     }
@@ -382,8 +414,8 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
       rets[k] = reinterpret_cast<AtenTensorHandle>(static_cast<intptr_t>(step.scalar_bits[k]));
       continue;
     }
-    const int64_t argument = step.result_arguments[k];
-    const at::Tensor& r = argument >= 0 ? tensor_at(args[2 * argument + 1]) : step.results[k];
+    const TensorArgument argument = step.result_arguments[k];
+    const at::Tensor& r = argument.argument >= 0 ? *tensor_argument(args, nargs, argument) : step.results[k];
     rets[k] = r.defined() ? reinterpret_cast<AtenTensorHandle>(new at::Tensor(r)) : nullptr;
   }
   return TRIDENT_OK;
@@ -474,7 +506,7 @@ int32_t triton_step(const void* identity, const char* name, PreparedLaunch* p, c
       }
       snapshot_parameters(&step, *p);
       // Without an analysis of the kernel, any tensor it gets may be written.
-      for_each_tensor(args, nargs, [&](int64_t, const at::Tensor& t) { note_outside(rec, t, true); });
+      for_each_tensor(args, nargs, [&](int64_t, int64_t, const at::Tensor& t) { note_outside(rec, t, true); });
     }
     rec->steps->push_back(std::move(step));
     return TRIDENT_OK;

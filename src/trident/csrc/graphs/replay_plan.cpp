@@ -43,10 +43,11 @@ bool compute_words(Plan* plan, TridentSpecContext* ctx, PyObject* const* slots, 
   return false;
 }
 
-StagedInput* staged_input(Step& step, int64_t argument) {
-  if (argument >= 64 || !(step.staged_arguments >> argument & 1)) return nullptr;
+// The staged input of argument `argument` itself (`item` -1) or of that list's item `item`, or null.
+StagedInput* staged_input(Step& step, int64_t argument, int64_t item) {
+  if (item < 0 && (argument >= 64 || !(step.staged_arguments >> argument & 1))) return nullptr;
   for (StagedInput& staged : step.staged) {
-    if (staged.argument == argument) return &staged;
+    if (staged.argument == argument && staged.item == item) return &staged;
   }
   return nullptr;
 }
@@ -91,11 +92,11 @@ bool compute_nodes(Recording* rec) {
     }
     bool takes_scalars = false;
     for (size_t j = 0; j < ps.changing.size(); ++j) {
-      const int64_t argument = ps.changing[j].first;
+      const int64_t argument = ps.changing[j].first, item = ps.items[j];
       const int64_t value = plan.words[ps.changing[j].second] + ps.offsets[j];
-      if (StagedInput* staged = staged_input(step, argument)) {
+      if (StagedInput* staged = staged_input(step, argument, item)) {
         if (!follow_staged(rec, staged, static_cast<uint64_t>(value))) return false;
-      } else if (argument < 64 && (step.followed_arguments >> argument & 1)) {
+      } else if (item < 0 && argument < 64 && (step.followed_arguments >> argument & 1)) {
         take_followed(&step, argument, ps.tags[j], value);
         takes_scalars = true;
       } else if (value != ps.recorded[j]) {
@@ -212,19 +213,25 @@ void learn_step(Recording* rec, const int64_t* args, int64_t nargs) {
   ps.recorded.assign(ps.changing.size(), 0);
   for (size_t j = 0; j < ps.changing.size(); ++j) {
     const auto [argument, word] = ps.changing[j];
+    const int64_t item = ps.items[j];
     if (argument >= nargs) return plan_off(plan, where + " has no argument " + std::to_string(argument));
     const int64_t tag = tag_of(args[2 * argument]), value = args[2 * argument + 1];
+    const std::string which = item < 0 ? "argument " + std::to_string(argument)
+                                       : "item " + std::to_string(item) + " of argument " + std::to_string(argument);
     int64_t actual = value;
-    if (tag == TRIDENT_TAG_TENSOR) {
-      if (value == 0) return plan_off(plan, where + ": argument " + std::to_string(argument) + " is undefined");
-      actual = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tensor_at(value).const_data_ptr()));
+    if (item >= 0 && ps.kernel) {
+      return plan_off(plan, where + ": " + which + ", a list item of a Triton launch");
+    } else if (tag == TRIDENT_TAG_TENSOR || item >= 0) {
+      const at::Tensor* t = tensor_argument(args, nargs, {argument, item});
+      if (t == nullptr) return plan_off(plan, where + ": " + which + " is no tensor (None, or not a list of tensors)");
+      actual = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t->const_data_ptr()));
       ps.offsets[j] = actual - plan->words[word];
     } else if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL || tag == TRIDENT_TAG_DOUBLE) {
       if (value != plan->words[word]) {
-        return plan_off(plan, where + ": argument " + std::to_string(argument) + " is not the value the plan computes");
+        return plan_off(plan, where + ": " + which + " is not the value the plan computes");
       }
     } else {
-      return plan_off(plan, where + ": argument " + std::to_string(argument) + " is neither a tensor nor a scalar");
+      return plan_off(plan, where + ": " + which + " is neither a tensor nor a scalar");
     }
     ps.tags[j] = args[2 * argument];
     ps.recorded[j] = actual;

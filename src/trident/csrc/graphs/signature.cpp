@@ -55,73 +55,143 @@ bool tensor_signature(const at::Tensor& t, bool without_address, Out& out) {
   return true;
 }
 
+// Walks the staged list items of a FreeInputs alongside the arguments, which come in the same order: one
+// signature is one pass over both.
+struct FreeItems {
+  const std::vector<TensorArgument>* items;
+  size_t at = 0;
+  bool contains(int64_t argument, int64_t item) {
+    if (items == nullptr) return false;
+    while (at < items->size() && ((*items)[at].argument < argument ||
+                                  ((*items)[at].argument == argument && (*items)[at].item < item))) {
+      ++at;
+    }
+    return at < items->size() && (*items)[at].argument == argument && (*items)[at].item == item;
+  }
+};
+
+// The words of argument `i`. A list's length rides in its tag word, so a list of another length differs there.
 template <typename Out>
-bool write_signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, Out& out) {
-  for (int64_t i = 0; i < nargs; ++i) {
-    const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
-    const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
-    out.word(tag_word);
-    switch (tag) {
-      case TRIDENT_TAG_TENSOR:
-        if (value == 0) {
+bool write_argument(const int64_t* args, int64_t i, const FreeInputs& free, FreeItems& free_items, Out& out) {
+  const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
+  const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+  const bool free_argument = i < 64 && (free.arguments >> i & 1);
+  out.word(tag_word);
+  switch (tag) {
+    case TRIDENT_TAG_TENSOR:
+      if (value == 0) {
+        out.word(-1);
+        return true;
+      }
+      return tensor_signature(tensor_at(value), free_argument, out);
+    case TRIDENT_TAG_TENSOR_LIST:
+    case TRIDENT_TAG_OPT_TENSOR_LIST: {
+      const auto* items = reinterpret_cast<const int64_t*>(value);
+      for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
+        if (items[k] == 0) {
           out.word(-1);
-        } else if (!tensor_signature(tensor_at(value), i < 64 && (free_arguments >> i & 1), out)) {
+        } else if (!tensor_signature(tensor_at(items[k]), free_items.contains(i, k), out)) {
           return false;
         }
-        break;
-      case TRIDENT_TAG_TENSOR_LIST:
-      case TRIDENT_TAG_OPT_TENSOR_LIST: {
-        const auto* items = reinterpret_cast<const int64_t*>(value);
-        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
-          if (items[k] == 0) {
-            out.word(-1);
-          } else if (!tensor_signature(tensor_at(items[k]), false, out)) {
-            return false;
-          }
-        }
-        break;
       }
-      case TRIDENT_TAG_INT_LIST: {
-        const auto* items = reinterpret_cast<const int64_t*>(value);
-        for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) out.word(items[k]);
-        break;
-      }
-      default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
-        out.word(i < 64 && (free_arguments >> i & 1) ? 0 : value);
+      return true;
     }
+    case TRIDENT_TAG_INT_LIST: {
+      const auto* items = reinterpret_cast<const int64_t*>(value);
+      for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) out.word(items[k]);
+      return true;
+    }
+    default:  // NONE, INT, DOUBLE, BOOL, DEVICE, and STRING (a constant of the compiled code: its address)
+      out.word(free_argument ? 0 : value);
+      return true;
+  }
+}
+
+template <typename Out>
+bool write_signature(const int64_t* args, int64_t nargs, const FreeInputs& free, Out& out) {
+  FreeItems free_items{free.items};
+  for (int64_t i = 0; i < nargs; ++i) {
+    if (!write_argument(args, i, free, free_items, out)) return false;
   }
   return true;
 }
 
+// How one tensor's signature `one` differs from the recorded words at `at`, for explain. A CUDA tensor's signature
+// is dtype, device, address, then its layout (tensor_signature): only the address differing is a tensor that moved.
+std::string tensor_difference(const std::vector<int64_t>& one, const std::vector<int64_t>& recorded, size_t at) {
+  const bool moved = one.size() > 3 && at + one.size() <= recorded.size() &&
+                     std::equal(one.begin(), one.begin() + 2, recorded.begin() + at) &&
+                     std::equal(one.begin() + 3, one.end(), recorded.begin() + at + 3);
+  return moved ? " moved (a tensor at another address)" : " differs (its dtype, device or layout, or it is None)";
+}
+
+// Why list argument `i`, whose words differ from the recorded ones from `at` on, differs: its length, or its first
+// item that differs.
+std::string list_difference(const int64_t* args, int64_t i, const FreeInputs& free,
+                            const std::vector<int64_t>& recorded, size_t at, const std::string& which) {
+  const int64_t tag_word = args[2 * i];
+  const int64_t length = tag_word >> TRIDENT_ARG_LENGTH_SHIFT;
+  if (at >= recorded.size() || recorded[at] != tag_word) {
+    const bool a_list =
+        at < recorded.size() && (recorded[at] & TRIDENT_ARG_TAG_MASK) == (tag_word & TRIDENT_ARG_TAG_MASK);
+    return which + (a_list ? " is a list of " + std::to_string(length) + " tensor(s), recorded " +
+                                 std::to_string(recorded[at] >> TRIDENT_ARG_LENGTH_SHIFT)
+                           : " differs (its type)");
+  }
+  ++at;
+  const auto* items = reinterpret_cast<const int64_t*>(args[2 * i + 1]);
+  FreeItems free_items{free.items};
+  std::vector<int64_t> one;
+  for (int64_t k = 0; k < length; ++k) {
+    one.clear();
+    Builder builder{&one};
+    if (items[k] == 0) {
+      builder.word(-1);
+    } else {
+      tensor_signature(tensor_at(items[k]), free_items.contains(i, k), builder);
+    }
+    if (at + one.size() > recorded.size() || !std::equal(one.begin(), one.end(), recorded.begin() + at)) {
+      return which + ", item " + std::to_string(k) + tensor_difference(one, recorded, at);
+    }
+    at += one.size();
+  }
+  return which + " differs";
+}
+
 }  // namespace
 
-bool signature(const int64_t* args, int64_t nargs, uint64_t free_arguments, std::vector<int64_t>* out) {
+bool signature(const int64_t* args, int64_t nargs, const FreeInputs& free, std::vector<int64_t>* out) {
   out->clear();
   Builder builder{out};
-  return write_signature(args, nargs, free_arguments, builder);
+  return write_signature(args, nargs, free, builder);
 }
 
 bool same_signature(const std::vector<int64_t>& recorded, const int64_t* args, int64_t nargs,
-                    uint64_t free_arguments) {
+                    const FreeInputs& free) {
   Comparer comparer{recorded};
-  return write_signature(args, nargs, free_arguments, comparer) && comparer.same && comparer.at == recorded.size();
+  return write_signature(args, nargs, free, comparer) && comparer.same && comparer.at == recorded.size();
 }
 
-std::string difference(const Step& step, const int64_t* args, int64_t nargs, uint64_t free_arguments) {
+std::string difference(const Step& step, const int64_t* args, int64_t nargs, const FreeInputs& free) {
   std::vector<int64_t> one;
   size_t at = 0;
   const std::vector<int64_t>& recorded = step.signature;
+  FreeItems free_items{free.items};
   for (int64_t i = 0; i < nargs; ++i) {
     const std::string which = "argument " + std::to_string(i) + " of " + step.name;
-    if (!signature(args + 2 * i, 1, i < 64 ? free_arguments >> i & 1 : 0, &one)) return which + " is a CPU tensor";
+    one.clear();
+    Builder builder{&one};
+    if (!write_argument(args, i, free, free_items, builder)) return which + " is or holds a CPU tensor";
     const bool same = at + one.size() <= recorded.size() && std::equal(one.begin(), one.end(), recorded.begin() + at);
     if (!same) {
       const int64_t tag = args[2 * i] & TRIDENT_ARG_TAG_MASK;
-      // A CUDA tensor's signature: tag word, dtype, device, address, then its layout (tensor_signature).
-      const bool moved = tag == TRIDENT_TAG_TENSOR && one.size() > 4 && at + one.size() <= recorded.size() &&
-                         std::equal(one.begin(), one.begin() + 3, recorded.begin() + at) &&
-                         std::equal(one.begin() + 4, one.end(), recorded.begin() + at + 4);
-      if (moved) return which + " moved (a tensor at another address)";
+      if (tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) {
+        return list_difference(args, i, free, recorded, at, which);
+      }
+      if (tag == TRIDENT_TAG_TENSOR && at < recorded.size() && recorded[at] == one[0]) {
+        const std::vector<int64_t> tensor(one.begin() + 1, one.end());  // without the tag word
+        return which + tensor_difference(tensor, recorded, at + 1);
+      }
       if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && one.size() == 2 && at + 2 <= recorded.size() &&
           recorded[at] == one[0]) {
         return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
@@ -133,19 +203,33 @@ std::string difference(const Step& step, const int64_t* args, int64_t nargs, uin
   return step.name + " has other inputs than recorded";
 }
 
-void for_each_tensor(const int64_t* args, int64_t nargs, const std::function<void(int64_t, const at::Tensor&)>& f) {
+void for_each_tensor(const int64_t* args, int64_t nargs,
+                     const std::function<void(int64_t, int64_t, const at::Tensor&)>& f) {
   for (int64_t i = 0; i < nargs; ++i) {
     const int64_t tag_word = args[2 * i], value = args[2 * i + 1];
     const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
     if (tag == TRIDENT_TAG_TENSOR && value != 0) {
-      f(i, tensor_at(value));
+      f(i, -1, tensor_at(value));
     } else if (tag == TRIDENT_TAG_TENSOR_LIST || tag == TRIDENT_TAG_OPT_TENSOR_LIST) {
       const auto* items = reinterpret_cast<const int64_t*>(value);
       for (int64_t k = 0; k < (tag_word >> TRIDENT_ARG_LENGTH_SHIFT); ++k) {
-        if (items[k] != 0) f(i, tensor_at(items[k]));
+        if (items[k] != 0) f(i, k, tensor_at(items[k]));
       }
     }
   }
+}
+
+const at::Tensor* tensor_argument(const int64_t* args, int64_t nargs, TensorArgument where) {
+  if (where.argument < 0 || where.argument >= nargs) return nullptr;
+  const int64_t tag_word = args[2 * where.argument], value = args[2 * where.argument + 1];
+  const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
+  if (where.item < 0) return tag == TRIDENT_TAG_TENSOR && value != 0 ? &tensor_at(value) : nullptr;
+  if ((tag != TRIDENT_TAG_TENSOR_LIST && tag != TRIDENT_TAG_OPT_TENSOR_LIST) ||
+      where.item >= (tag_word >> TRIDENT_ARG_LENGTH_SHIFT)) {
+    return nullptr;
+  }
+  const int64_t item = reinterpret_cast<const int64_t*>(value)[where.item];
+  return item != 0 ? &tensor_at(item) : nullptr;
 }
 
 void byte_span(const at::Tensor& t, int64_t* begin, int64_t* end) {
