@@ -239,9 +239,10 @@ def trident_facts(ready: Any) -> dict[str, Any]:
             "native_launches": sum(getattr(s, "native_launches", 0) for s in sites),
             "launcher_launches": sum(getattr(s, "fallback_launches", 0) for s in sites),
             "sites_off_native": sorted({s.disabled_reason for s in sites if getattr(s, "disabled_reason", None)}),
-            "graph_replays": graphs.replays, "graph_misses": graphs.misses, "graph_refusal": graphs.refusal,
+            "graph_replays": graphs.replays if graphs else 0, "graph_misses": graphs.misses if graphs else 0,
+            "graph_refusal": graphs.refusal if graphs else None,
             "recordings": [{k: r.counts[k] for k in ("replays", "divergences", "patched_nodes", "kernel_nodes",
-                                                     "opaque_steps")} for r in graphs.recordings],
+                                                     "opaque_steps")} for r in (graphs.recordings if graphs else [])],
         })  # fmt: skip
     wanted = ("traced into", "opaque", "CUDA graph", "replay plan", "disk cache", "runs eagerly", "last miss")
     lines = [line.strip() for line in trident.explain(ready).splitlines() if line.strip().startswith(wanted)]

@@ -122,7 +122,8 @@ def aten_profile(step, tokens, caches, positions: Positions, steps: int) -> list
 
 def recordings(step) -> list[Any]:
     entry = step._trident.entry
-    return [r for index in range(len(step._trident.specializations)) for r in entry.graphs(index).recordings]
+    graphs = [entry.graphs(index) for index in range(len(step._trident.specializations))]
+    return [r for g in graphs if g is not None for r in g.recordings]
 
 
 def timed_phases(recs: list[Any]) -> tuple[int, dict[str, float]]:

@@ -398,8 +398,8 @@ def run_trident(work: Workload, graphs: bool = False) -> tuple[dict[str, Any], C
                   "never_record", "refusal")  # fmt: skip
         result["graphs"] = [{**{f: getattr(g, f) for f in fields}, "hits": hits,
                              "recordings": [r.counts for r in g.recordings]}
-                            for g, hits in zip(graphs, state.entry.hits())]  # fmt: skip
-        result["notes"] += f", {sum(g.replays for g in graphs)} graph replay(s)"
+                            for g, hits in zip(graphs, state.entry.hits()) if g is not None]  # fmt: skip
+        result["notes"] += f", {sum(g.replays for g in graphs if g is not None)} graph replay(s)"
     return result, checks
 
 

@@ -34,7 +34,9 @@ struct Spec {
   PyObject* context;    // strong: owns *ctx
   PyObject* keepalive;  // strong: whatever owns the guard/run machine code (the JIT engine)
   uint64_t hits;
-  SpecGraphs* graphs;   // strong: its CUDA graph recordings and when they replay (graphs/spec_graphs.h)
+  // Strong, or NULL until the graph recorder is first asked about it: its CUDA graph recordings and when they
+  // replay (graphs/spec_graphs.h).
+  SpecGraphs* graphs;
 };
 
 struct EntryState {
@@ -166,6 +168,40 @@ PyObject* record_graph(EntryObject* self, uint32_t index, const Spec& spec, PyOb
   return result;
 }
 
+enum class RunWay { kDirect, kDone, kFailed };
+
+// A hit of a specialization with graphs: replays one of its recordings, or records one when its SpecGraphs says so
+// (kDone: *out holds the result; kFailed: a Python error is set), or leaves the call to the direct run (kDirect).
+// `spec` is the caller's copy; `clears`, the entry's clear() count when the caller took it.
+RunWay run_with_graphs(EntryObject* self, uint32_t index, const Spec& spec, PyObject* const* slots, uint64_t clears,
+                       PyObject** out) {
+  SpecGraphs* graphs = spec.graphs;
+  if (graphs == nullptr) {  // the first hit with a recorder: made now, in the entry's own spec
+    if ((graphs = trident::graphs::new_spec_graphs()) == nullptr) return RunWay::kFailed;
+    self->state->specs[index].graphs = graphs;
+  }
+  Py_INCREF(graphs);  // a replay or recording runs Python, which may clear() the entry
+  RunWay way = RunWay::kDirect;
+  bool may_record = !graphs->policy.paused(spec.hits);
+  if (may_record && PyList_GET_SIZE(graphs->recordings) > 0) {
+    switch (trident::graphs::replay_hit(graphs, spec.run, spec.ctx, slots, out, spec.hits)) {
+      case ReplayOutcome::kReplayed: way = RunWay::kDone; break;
+      case ReplayOutcome::kError: way = RunWay::kFailed; break;
+      case ReplayOutcome::kNotHere: may_record = false; break;
+      case ReplayOutcome::kDirect: break;
+    }
+  }
+  // A spec index taken before a clear() may name another specialization now: no recording for it.
+  if (way == RunWay::kDirect && may_record && self->graph_recorder != nullptr && self->state->clears == clears &&
+      trident::graphs::wants_recording(graphs, spec.hits)) {
+    // Python records (and proves) the graph, running this call; rare, like a miss.
+    *out = record_graph(self, index, spec, slots);
+    way = *out != nullptr ? RunWay::kDone : RunWay::kFailed;
+  }
+  Py_DECREF(graphs);
+  return way;
+}
+
 // Bind, key, select, run — without the miss handler. On kHit *result holds the run's new reference; on
 // kError a Python exception is set.
 Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames,
@@ -185,45 +221,27 @@ Outcome call_specialization(EntryObject* self, PyObject* const* args, size_t nar
   const std::vector<uint32_t>& candidates = found->second;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const uint32_t index = candidates[i];
-    // A copy, plus references to what owns the code, its context and its graphs: a guard or run that calls
-    // Python may clear() the entry, and none of them may be freed under it.
+    // A copy, plus references to what owns the code and its context: a guard or run that calls Python
+    // may clear() the entry, and the code must not be freed under it.
     const Spec spec = state->specs[index];
     Py_INCREF(spec.context);
     Py_INCREF(spec.keepalive);
-    Py_INCREF(spec.graphs);
-    auto release = [&spec] {
+    if (spec.guard(spec.ctx, slots.data) != TRIDENT_GUARD_MATCH) {
       Py_DECREF(spec.context);
       Py_DECREF(spec.keepalive);
-      Py_DECREF(spec.graphs);
-    };
-    if (spec.guard(spec.ctx, slots.data) != TRIDENT_GUARD_MATCH) {
-      release();
       if (state->version != version) return Outcome::kMiss;  // `candidates` may be gone: let Python retry
       continue;
     }
     PyObject* out = nullptr;
     int32_t status = TRIDENT_OK;
-    bool ran = false;
-    // Graphs: replay one of the specialization's recordings; else record one when its SpecGraphs says so.
-    bool may_record = !spec.graphs->policy.paused(spec.hits);
-    if (may_record && PyList_GET_SIZE(spec.graphs->recordings) > 0) {
-      switch (trident::graphs::replay_hit(spec.graphs, spec.run, spec.ctx, slots.data, &out, spec.hits)) {
-        case ReplayOutcome::kReplayed: ran = true; break;
-        case ReplayOutcome::kError: release(); return Outcome::kError;
-        case ReplayOutcome::kNotHere: may_record = false; break;
-        case ReplayOutcome::kDirect: break;
-      }
-    }
-    // A spec index taken before a clear() may name another specialization now: no recording for it.
-    if (!ran && may_record && self->graph_recorder != nullptr && state->clears == clears &&
-        trident::graphs::wants_recording(spec.graphs, spec.hits)) {
-      // Python records (and proves) the graph, running this call; rare, like a miss.
-      out = record_graph(self, index, spec, slots.data);
-      if (out == nullptr) status = TRIDENT_ERROR;
-      ran = true;
-    }
-    if (!ran) status = spec.run(spec.ctx, slots.data, &out);
-    release();
+    // Graphs, where there is a recorder or there were graphs. The copy holds no reference to them: after a
+    // clear() (a guard may run Python) they may be gone.
+    const bool graphs = (self->graph_recorder != nullptr || spec.graphs != nullptr) && state->clears == clears;
+    const RunWay way = graphs ? run_with_graphs(self, index, spec, slots.data, clears, &out) : RunWay::kDirect;
+    if (way == RunWay::kDirect) status = spec.run(spec.ctx, slots.data, &out);
+    if (way == RunWay::kFailed) status = TRIDENT_ERROR;
+    Py_DECREF(spec.context);
+    Py_DECREF(spec.keepalive);
     if (status != TRIDENT_OK) {
       Py_XDECREF(out);
       // A run that set a Python error (e.g. from a Python callback or kernel) keeps that exact exception.
@@ -300,11 +318,9 @@ PyObject* entry_add_spec(PyObject* self_obj, PyObject* args) {
   }
   EntryState* state = as_entry(self_obj)->state;
   const auto index = static_cast<uint32_t>(state->specs.size());
-  SpecGraphs* graphs = trident::graphs::new_spec_graphs();
-  if (graphs == nullptr) return nullptr;
   Py_INCREF(context);
   Py_INCREF(keepalive);
-  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, graphs});
+  state->specs.push_back(Spec{guard, run, trident::context_struct(context), context, keepalive, 0, nullptr});
   state->by_key[key].push_back(index);
   ++state->version;
   return PyLong_FromUnsignedLong(index);
@@ -320,7 +336,7 @@ void release_specs(EntryState* state) {
   for (const Spec& spec : specs) {
     Py_DECREF(spec.context);
     Py_DECREF(spec.keepalive);
-    Py_DECREF(spec.graphs);
+    Py_XDECREF(spec.graphs);
   }
 }
 
@@ -401,12 +417,14 @@ bool spec_index(EntryObject* self, unsigned index) {
   return false;
 }
 
-// graphs(index) -> SpecGraphs: the specialization's CUDA graphs (graphs/spec_graphs.h).
+// graphs(index) -> SpecGraphs | None: the specialization's CUDA graphs (graphs/spec_graphs.h); None until the graph
+// recorder was first asked about it.
 PyObject* entry_graphs(PyObject* self_obj, PyObject* arg) {
   EntryObject* self = as_entry(self_obj);
   const unsigned long index = PyLong_AsUnsignedLong(arg);
   if (PyErr_Occurred() || !spec_index(self, index)) return nullptr;
-  return Py_NewRef(reinterpret_cast<PyObject*>(self->state->specs[index].graphs));
+  PyObject* graphs = reinterpret_cast<PyObject*>(self->state->specs[index].graphs);
+  return Py_NewRef(graphs != nullptr ? graphs : Py_None);
 }
 
 // One call of a specialization for the graph recorder: its run function on `slots` (what a hit binds) in a
@@ -657,7 +675,8 @@ PyMethodDef entry_methods[] = {
      "matching"},
     {"set_graph_recorder", entry_set_graph_recorder, METH_O,
      "set_graph_recorder(recorder): record CUDA graphs through recorder(run, index, slots) -> RecordOutcome"},
-    {"graphs", entry_graphs, METH_O, "graphs(index) -> SpecGraphs: the specialization's CUDA graphs"},
+    {"graphs", entry_graphs, METH_O,
+     "graphs(index) -> SpecGraphs | None: the specialization's CUDA graphs (None before the recorder was asked)"},
     {"runner", entry_runner, METH_VARARGS,
      "runner(index, slots) -> run: run(mode, recording=None) runs that call in a TRIDENT_RUN_* mode"},
     {"hits", entry_hits, METH_NOARGS, "hits() -> list[int]: calls each specialization served, by spec index"},

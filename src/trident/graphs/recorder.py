@@ -148,9 +148,10 @@ class GraphRecorder:
     def describe(self, entry: Any, index: int) -> list[str]:
         """explain's lines on the specialization's graphs (its SpecGraphs): each recording, or why there is none
         (nothing when graphs are off or were not tried yet)."""
-        if entry is None:
+        graphs = entry.graphs(index) if entry is not None else None
+        if graphs is None:
             return []
-        graphs, hits = entry.graphs(index), entry.hits()[index]
+        hits = entry.hits()[index]
         lines = []
         for recording in graphs.recordings:
             c = recording.counts
