@@ -103,7 +103,8 @@ class Artifact:
     ops: list[tuple[str, str]]  # operators called through the boxed dispatcher (resolved in the context)
     aten_calls: list[str]  # every ATen call of the host program, in order (explain)
     constants: list[object]  # ctx->constants: objects, BufferPoolConstant, LaunchSiteConstant, ResultBuilderConstant
-    stages: dict[str, str] = dataclasses.field(default_factory=dict)  # stage name -> IR text (empty when loaded)
+    # stage name -> IR text: "torch" and "lowered", and "llvm" where TRIDENT_DUMP_IR writes it (empty when loaded)
+    stages: dict[str, str] = dataclasses.field(default_factory=dict)
     replay_plan: ReplayPlan | NoReplayPlan = NoReplayPlan("not lowered")
     # Attributes of the call's state objects its run assigns (capture/results.StateWrite): a run is then not
     # repeatable on the same arguments, which recording and proving a CUDA graph would do.

@@ -129,3 +129,23 @@ def test_quantized_decode_parses_its_arguments_and_says_what_it_needs(tmp_path: 
         result = subprocess.run([sys.executable, script, "--work", str(tmp_path)], capture_output=True, text=True,
                                 timeout=120)
         assert result.returncode == 2 and "needs a CUDA GPU" in result.stderr, result.stderr
+
+
+def test_hf_compile_time_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "hf_compile_time.py"), "--families", "llama,qwen2", "--layers",
+         "1,2", "--new-tokens", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["machine"]["torch"] and data["machine"]["transformers"] and data["machine"]["cpu"], data["machine"]
+    cells = {(r["family"], r["layers"], r["phase"]): r for r in data["results"]}
+    assert set(cells) == {(f, n, p) for f in ("llama", "qwen2") for n in (1, 2)
+                          for p in ("prefill", "decode", "generate", "generate static")}
+    # Each phase compiled what it should and ran nothing eagerly: the times are compile times.
+    assert all(r["compiles"] >= 1 and r["eager_calls"] == 0 and r["wall"] > 0 for r in cells.values()), cells
+    assert cells[("llama", 1, "prefill")]["compiles"] == 1 and cells[("llama", 1, "decode")]["compiles"] == 1
+    assert set(data["per_layer_fits"]) == {f"{f} {p}" for f in ("llama", "qwen2")
+                                           for p in ("prefill", "decode", "generate", "generate static")}

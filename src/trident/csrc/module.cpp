@@ -236,6 +236,9 @@ PyMethodDef module_methods[] = {
      "private_view(name, tensor, *args) -> Tensor: the runtime's private view `name` (csrc/private_views.h)"},
     {"private_view_counts", trident::private_views::py_private_view_counts, METH_NOARGS,
      "private_view_counts() -> (made directly, made by ATen's operator)"},
+    {"record_code", trident::record_code, METH_VARARGS,
+     "record_code(codes, import_code): this thread's profile function records each code object that starts into "
+     "`codes` (cache/code_deps.py); sys.setprofile(previous) ends it"},
     {nullptr, nullptr, 0, nullptr},
 };
 

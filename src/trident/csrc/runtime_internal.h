@@ -86,6 +86,10 @@ bool ready_buffer_pool_type();
 // Whether ATen's CUDA kernels for mm.out/addmm.out are linked (a CUDA build of torch).
 bool cuda_matmul_kernels_linked();
 
+/* code_recorder.cpp: record_code(codes, import_code), the profile function cache/code_deps.py records the code
+ * a capture runs with. */
+PyObject* record_code(PyObject* module, PyObject* args);
+
 /* module.cpp: the C struct inside a Context object (for Entry.add_spec, which keeps the object alive). */
 TridentSpecContext* context_struct(PyObject* context);
 

@@ -63,17 +63,19 @@ def compile_specialization(
     context = new_context()
     guard_symbol, run_symbol = f"trident_guard_{index}", f"trident_run_{index}"
 
-    def stage(stage_name: str, produce: Callable[[], object], given: str | None) -> object:
+    def stage(stage_name: str, produce: Callable[[], object], given: Callable[[], str]) -> object:
+        """`given`: the stage's input as text, made only when the stage fails (printing a large module costs
+        as much as parsing it)."""
         try:
             result = produce()
         except exc.UnsupportedConstruct:
             raise
         except Exception as e:
-            raise _stage_failure(name, index, stage_name, given, e, dump_ir) from e
+            raise _stage_failure(name, index, stage_name, given(), e, dump_ir) from e
         return result
 
     torch_module, launches = stage(  # type: ignore[misc]
-        "import", lambda: import_graph(trace.graph_module.graph, context), trace.graph_module.code
+        "import", lambda: import_graph(trace.graph_module.graph, context), lambda: trace.graph_module.code
     )
     stages["torch"] = str(torch_module)
     _dump(name, index, "torch", stages["torch"], dump_ir)
@@ -116,11 +118,12 @@ def compile_specialization(
                 log.warning("trident: %s: no replay plan for specialization %d: %s", name, index, plan[0].reason)
         return builder.text()
 
-    stages["lowered"] = stage("lower", lower, stages["torch"])  # type: ignore[assignment]
+    stages["lowered"] = stage("lower", lower, lambda: stages["torch"])  # type: ignore[assignment]
     _dump(name, index, "lowered", stages["lowered"], dump_ir)
-    llvm_module = stage("llvm", lambda: lower_to_llvm(stages["lowered"], context), stages["lowered"])
-    stages["llvm"] = str(llvm_module)
-    _dump(name, index, "llvm", stages["llvm"], dump_ir)
+    llvm_module = stage("llvm", lambda: lower_to_llvm(stages["lowered"], context), lambda: stages["lowered"])
+    if dump_ir is not None:  # printed only to be written: it is the lowered text's size again
+        stages["llvm"] = str(llvm_module)
+        _dump(name, index, "llvm", stages["llvm"], dump_ir)
 
     def jit() -> Artifact:
         # keep_object: the disk cache (trident.cache) persists the generated object.
@@ -130,7 +133,7 @@ def compile_specialization(
         return Artifact(native, guard_symbol, run_symbol, list(ops.ops), aten_calls, pool.objects, stages, plan[0],
                         writes)
 
-    return stage("jit", jit, stages["llvm"])  # type: ignore[return-value]
+    return stage("jit", jit, lambda: str(llvm_module))  # type: ignore[return-value]
 
 
 def replays_as_graph(facts: CallFacts) -> bool:
@@ -172,12 +175,12 @@ def _file_name(name: str) -> str:
 
 
 def _stage_failure(
-    name: str, index: int, stage_name: str, given: str | None, error: Exception, dump_ir: Path | None
+    name: str, index: int, stage_name: str, given: str, error: Exception, dump_ir: Path | None
 ) -> exc.LoweringError:
     directory = dump_ir or Path(tempfile.mkdtemp(prefix="trident-"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_file_name(name)}.{index}.before-{stage_name}.mlir"
-    path.write_text(given or "")
+    path.write_text(given)
     replay = ""
     if stage_name == "llvm":
         opt = os.path.join(os.path.dirname(ir.__file__), "_mlir_libs", "torch-mlir-opt")
