@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers_native import assert_native
+from list_operand_ops import WEIGHTED_SUM, weighted_sum
 
 import trident
 import trident.dynamo
@@ -618,26 +619,13 @@ def test_a_cat_of_argument_tensors_that_move_every_call_replays(plan: bool) -> N
     assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
 
 
-@torch.library.custom_op("trident_test_graphs::weighted_sum", mutates_args=())
-def weighted_sum(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
-    out = torch.zeros_like(tensors[0])
-    for t, w in zip(tensors, weights):
-        out += t * w
-    return out
-
-
-@weighted_sum.register_fake
-def _(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
-    return torch.empty_like(tensors[0])
-
-
 @gpu
 @pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
 def test_an_opaque_custom_op_taking_argument_tensors_in_a_list_replays(plan: bool) -> None:
     """A custom op kept opaque with a Tensor[] operand (gemlite's forward_functional(Tensor[], int[]) is one; issue
     41): the argument tensors in the list, new every call, are staged item by item; the op's own kernels are
     recorded into the graph and replay with its Python never called."""
-    trident.keep_opaque("trident_test_graphs::weighted_sum")
+    trident.keep_opaque(WEIGHTED_SUM)
 
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return weighted_sum([x, y * 2, y], [1, 2, 3]) + 1

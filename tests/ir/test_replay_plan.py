@@ -13,6 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from list_operand_ops import WEIGHTED_SUM, weighted_sum
 
 import trident
 from trident.artifact import NoReplayPlan, ReplayPlan
@@ -413,23 +414,10 @@ def test_an_argument_of_symbolic_sizes_inside_a_list_gets_no_plan_and_the_reason
     assert "item 1: an argument whose sizes or strides are symbolic" in plans[-1].reason, plans[-1].reason
 
 
-@torch.library.custom_op("trident_test_plans::weighted_sum", mutates_args=())
-def weighted_sum(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
-    out = torch.zeros_like(tensors[0])
-    for t, w in zip(tensors, weights):
-        out += t * w
-    return out
-
-
-@weighted_sum.register_fake
-def _(tensors: list[torch.Tensor], weights: list[int]) -> torch.Tensor:
-    return torch.empty_like(tensors[0])
-
-
 def test_an_opaque_custom_op_taking_a_list_of_argument_tensors_has_a_word_per_item() -> None:
     """A custom op Trident keeps opaque (gemlite's forward_functional(Tensor[] tensor_args, int[] meta_args) is one):
     the argument tensors in its Tensor[] operand are words of their items (issue 41)."""
-    trident.keep_opaque("trident_test_plans::weighted_sum")
+    trident.keep_opaque(WEIGHTED_SUM)
 
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return weighted_sum([x, y * 2, y], [1, 2, 3]) + 1
