@@ -141,3 +141,19 @@ def test_an_analysis_that_breaks_on_this_triton_leaves_torchs_answer(monkeypatch
         _, untraceable = _own_writes(kernel_idx, kernel_side_table.add_constant_args({}),
                                      dict(x_ptr=vector(), a_ptr=vector(), b_ptr=vector(), n=64, BLOCK=64), {})
     assert not untraceable
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64, "SPLIT": 1})], key=["n"])
+@triton.jit
+def _configured_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, SCALE: tl.constexpr = 2):  # type: ignore[no-untyped-def]
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n) * SCALE, mask=i < n)
+
+
+def test_a_config_key_that_is_no_parameter_and_a_left_out_default_still_decide() -> None:
+    """gemlite's configs carry keys its kernels do not take (Triton passes them on as options), and its launches
+    leave defaulted parameters out: torch's analysis counts every key and refuses; Trident's reads the kernel's
+    own parameters, defaults filled in, and decides."""
+    theirs, ours = both(_configured_kernel, x_ptr=vector(), out_ptr=vector(), n=64)
+    assert isinstance(theirs, str), theirs  # "KeyError: 'SCALE'", or "Incorrect number of arguments" where the
+    assert ours == ["out_ptr"], ours        # counts differ

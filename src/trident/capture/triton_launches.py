@@ -191,12 +191,32 @@ def jit_function(kernel: Any) -> Any:
     return kernel
 
 
+def _ttir_arguments(kernel: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The JITFunction and exactly its parameters, for generate_ttir: an autotuner's first config merged as torch
+    merges it (any config stores through the same parameters), keys of that config that are no parameter of the
+    kernel left out (Triton passes them on as compile options; gemlite's configs carry some), and parameters with
+    defaults the launch and the config leave out given those. torch's own analysis counts every key and refuses
+    ("Incorrect number of arguments") where this one decides."""
+    from triton.runtime.autotuner import Autotuner
+
+    if isinstance(kernel, Autotuner):
+        kwargs = {**kwargs, **(kernel.configs[0].kwargs if kernel.configs else {})}
+        kernel = kernel.fn
+    fn = jit_function(kernel)
+    bound = {name: kwargs[name] for name in fn.arg_names if name in kwargs}
+    for param in fn.params:
+        if param.name not in bound and param.default is not inspect.Parameter.empty:
+            bound[param.name] = param.default
+    return fn, bound
+
+
 def _own_writes(kernel_idx: int, constant_args_idx: int, values: dict[str, Any], tma: Any
                 ) -> tuple[list[str] | str, bool]:
     """Trident's reading of the kernel's TTIR (kernel_stores.py) on the arguments torch's analysis gets: the
     parameters it may store through, or (why not, whether a store was found that cannot be traced)."""
-    kernel = kernel_side_table.get_kernel(kernel_idx)
-    kwargs = {**values, **kernel_side_table.get_constant_args(constant_args_idx)}
+    kernel, kwargs = _ttir_arguments(
+        kernel_side_table.get_kernel(kernel_idx), {**values, **kernel_side_table.get_constant_args(constant_args_idx)}
+    )
     try:
         ttir, arg_names = generate_ttir(kernel, kwargs, tma)
     except Exception as e:  # noqa: BLE001 -- the TTIR cannot be made here: torch's answer stands alone
