@@ -129,3 +129,29 @@ def test_a_replay_plans_layout_names_the_list_item_each_word_patches() -> None:
     assert recording.plan is None
     recording.set_plan(1, 2, 0, [(False, [(1, 0, 0), (1, -1, 1)])])
     assert recording.plan["state"] == "off" and recording.plan["reason"] == "the recording has 0 steps, the plan 1"
+
+
+def test_a_recorder_set_after_hits_without_one_records_at_its_first_hit() -> None:
+    """A specialization that ran its first hits with graphs off has no SpecGraphs yet; the first hit after a recorder
+    is set makes one and, past RECORD_AT_HIT, calls the recorder at once (use_cuda_graphs(True) late)."""
+    from trident.knobs import override
+
+    with override(cuda_graphs=False):
+        @trident.jit
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x * 2 + 1
+
+        x = torch.ones(4)
+        for _ in range(RECORD_AT_HIT + 1):
+            f(x)
+    entry = f._trident.entry  # type: ignore[attr-defined]
+    assert entry.graphs(0) is None  # never asked about: nothing made
+    calls: list[int] = []
+
+    def recorder(run: object, index: int, slots: tuple[object, ...]) -> RecordOutcome:
+        calls.append(entry.hits()[index])
+        return RecordOutcome(run(DIRECT), refusal="not this time")  # type: ignore[operator]
+
+    entry.set_graph_recorder(recorder)
+    assert torch.equal(entry(x), x * 2 + 1)
+    assert calls == [RECORD_AT_HIT + 1] and entry.graphs(0).refusal == "not this time"

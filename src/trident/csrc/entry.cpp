@@ -155,13 +155,13 @@ PyObject* slots_tuple(const EntryObject* self, PyObject* const* slots) {
 PyObject* new_runner(EntryObject* self, uint32_t index, PyObject* slots);
 
 // The call's result, from the graph recorder (which runs the call through a runner), or NULL with an error set.
-PyObject* record_graph(EntryObject* self, uint32_t index, const Spec& spec, PyObject* const* slots) {
+PyObject* record_graph(EntryObject* self, uint32_t index, SpecGraphs* graphs, uint64_t hits, PyObject* const* slots) {
   PyObject* tuple = slots_tuple(self, slots);
   if (tuple == nullptr) return nullptr;
   PyObject* run = new_runner(self, index, tuple);
   PyObject* recorder = Py_NewRef(self->graph_recorder);
   PyObject* result = run == nullptr ? nullptr
-                                    : trident::graphs::record_hit(spec.graphs, recorder, run, index, tuple, spec.hits);
+                                    : trident::graphs::record_hit(graphs, recorder, run, index, tuple, hits);
   Py_DECREF(recorder);
   Py_XDECREF(run);
   Py_DECREF(tuple);
@@ -195,7 +195,7 @@ RunWay run_with_graphs(EntryObject* self, uint32_t index, const Spec& spec, PyOb
   if (way == RunWay::kDirect && may_record && self->graph_recorder != nullptr && self->state->clears == clears &&
       trident::graphs::wants_recording(graphs, spec.hits)) {
     // Python records (and proves) the graph, running this call; rare, like a miss.
-    *out = record_graph(self, index, spec, slots);
+    *out = record_graph(self, index, graphs, spec.hits, slots);
     way = *out != nullptr ? RunWay::kDone : RunWay::kFailed;
   }
   Py_DECREF(graphs);
