@@ -204,9 +204,7 @@ def _ttir_arguments(kernel: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str,
         kernel = kernel.fn
     fn = jit_function(kernel)
     bound = {name: kwargs[name] for name in fn.arg_names if name in kwargs}
-    for param in fn.params:
-        if param.name not in bound and param.default is not inspect.Parameter.empty:
-            bound[param.name] = param.default
+    _bind_defaults(fn, (), bound)
     return fn, bound
 
 

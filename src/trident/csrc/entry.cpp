@@ -182,17 +182,17 @@ RunWay run_with_graphs(EntryObject* self, uint32_t index, const Spec& spec, PyOb
   }
   Py_INCREF(graphs);  // a replay or recording runs Python, which may clear() the entry
   RunWay way = RunWay::kDirect;
-  bool may_record = !graphs->policy.paused(spec.hits);
-  if (may_record && PyList_GET_SIZE(graphs->recordings) > 0) {
+  bool not_here = false;  // no graph may run for this call: no recording either
+  if (!graphs->policy.paused(spec.hits) && PyList_GET_SIZE(graphs->recordings) > 0) {
     switch (trident::graphs::replay_hit(graphs, spec.run, spec.ctx, slots, out, spec.hits)) {
       case ReplayOutcome::kReplayed: way = RunWay::kDone; break;
       case ReplayOutcome::kError: way = RunWay::kFailed; break;
-      case ReplayOutcome::kNotHere: may_record = false; break;
-      case ReplayOutcome::kDirect: break;
+      case ReplayOutcome::kNotHere: not_here = true; break;
+      case ReplayOutcome::kDirect: break;  // a graph miss: it may pause replay, which wants_recording reads
     }
   }
   // A spec index taken before a clear() may name another specialization now: no recording for it.
-  if (way == RunWay::kDirect && may_record && self->graph_recorder != nullptr && self->state->clears == clears &&
+  if (way == RunWay::kDirect && !not_here && self->graph_recorder != nullptr && self->state->clears == clears &&
       trident::graphs::wants_recording(graphs, spec.hits)) {
     // Python records (and proves) the graph, running this call; rare, like a miss.
     *out = record_graph(self, index, graphs, spec.hits, slots);
@@ -737,10 +737,7 @@ bool trident::ready_entry_type() {
   runner.tp_traverse = runner_traverse;
   runner.tp_clear = runner_clear;
   runner.tp_dealloc = runner_dealloc;
-  if (!trident::ready_result_builder_type() || !trident::graphs::ready_spec_graphs_type() ||
-      PyType_Ready(&runner) < 0 || PyType_Ready(&t) < 0) {
-    return false;
-  }
+  if (!trident::ready_result_builder_type() || PyType_Ready(&runner) < 0 || PyType_Ready(&t) < 0) return false;
   // Entry.ResultBuilder: the one name the runtime's Python side needs (module.cpp lists the module's types).
   if (PyDict_SetItemString(t.tp_dict, "ResultBuilder", reinterpret_cast<PyObject*>(&trident::ResultBuilderType)) < 0) {
     return false;

@@ -268,7 +268,8 @@ PyMODINIT_FUNC PyInit__trident_runtime(void) {
   ctx.tp_clear = context_clear;
   ctx.tp_getset = context_getset;
   if (PyType_Ready(&ctx) < 0 || !trident::ready_entry_type() || !trident::ready_triton_launch_type() ||
-      !trident::ready_buffer_pool_type() || !trident::graphs::ready_recording_type()) {
+      !trident::ready_buffer_pool_type() || !trident::graphs::ready_recording_type() ||
+      !trident::graphs::ready_spec_graphs_type()) {
     return nullptr;
   }
 

@@ -237,7 +237,8 @@ def _prove(run: Runner, recording: Any, written: list[torch.Tensor]) -> tuple[ob
 
 
 def _describe_plan(state: dict[str, Any] | None, plan: ReplayPlan | NoReplayPlan) -> str:
-    """explain's line on a recording's replay plan (csrc/graphs/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is off."""
+    """explain's line on a recording's replay plan (csrc/graphs/replay_plan.cpp); empty where TRIDENT_REPLAY_PLAN is
+    off."""
     if state is None:
         if isinstance(plan, ReplayPlan) or plan.by_knob:
             return ""

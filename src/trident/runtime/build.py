@@ -88,7 +88,7 @@ def _abi_define() -> str:
 def _build_dir() -> Path:
     """The cache folder for this (torch, Python, sources, flags) combination."""
     digest = hashlib.sha256()
-    for path in sorted(CSRC_DIR.rglob("*.cpp")) + sorted(CSRC_DIR.rglob("*.h")):
+    for path in _sources() + sorted(CSRC_DIR.rglob("*.h")):
         digest.update(path.relative_to(CSRC_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     for name, text in _generated_sources().items():  # these depend on the installed torch's schemas
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")

@@ -3,8 +3,9 @@
  * new one (its SpecGraphs object holds one GraphPolicy, spec_graphs.h; recording and replaying: graphs/replay.cpp,
  * graphs/recorder.py).
  *
- * The first recording is made at the kRecordAtHit-th hit. At most kMaxRecordings recordings are kept (symbolic sizes, e.g. batch 1 and 8, or a new KV cache per
- * generate() each need their own); a new one replaces the least recently replayed. A miss costs a partial
+ * The first recording is made at the kRecordAtHit-th hit. At most kMaxRecordings recordings are kept (symbolic
+ * sizes, e.g. batch 1 and 8, or a new KV cache per generate() each need their own); a new one replaces the least
+ * recently replayed. A miss costs a partial
  * replay-mode run per recording before the direct one, so when hits miss every recording more often than
  * kGraphMissAllowance beyond their replays, replay pauses. A call no recording fits is recorded at once while
  * the recordings made so far replay; after a recording that failed or never replayed, the next waits a backoff

@@ -178,11 +178,9 @@ PyObject* record_hit(SpecGraphs* graphs, PyObject* recorder, PyObject* run, unsi
                      uint64_t hits) {
   if (!make_room(graphs)) return nullptr;
   graphs->policy.on_record(hits);
-  Py_INCREF(graphs);  // the recorder runs Python, which may drop the entry's reference
   PyObject* outcome = PyObject_CallFunction(recorder, "OIO", run, index, slots);
   PyObject* result = outcome != nullptr ? take_outcome(graphs, outcome) : nullptr;
   Py_XDECREF(outcome);
-  Py_DECREF(graphs);
   return result;
 }
 

@@ -35,7 +35,8 @@ ReplayOutcome replay_hit(SpecGraphs* graphs, trident_run_fn run, TridentSpecCont
 bool wants_recording(const SpecGraphs* graphs, uint64_t hits);
 // Calls recorder(run, index, slots), which runs the call (through `run`, an Entry.runner) and returns a
 // RecordOutcome (result, recording or None, refusal or None, never); keeps the recording and the refusal. The
-// call's result as a new reference, or NULL with a Python error set.
+// call's result as a new reference, or NULL with a Python error set. The caller holds a reference to `graphs`:
+// the recorder runs Python, which may drop the entry's.
 PyObject* record_hit(SpecGraphs* graphs, PyObject* recorder, PyObject* run, unsigned index, PyObject* slots,
                      uint64_t hits);
 
