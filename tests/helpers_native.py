@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 import trident
 
 
@@ -62,3 +64,10 @@ def assert_launches_native(f: Any) -> None:
             assert site.native_launches + site.fallback_launches == hits[spec.index], text
     assert sites > 0, text
     assert sum(s.native_launches for spec in state.specializations for s in spec.compiled.launch_sites) > 0, text
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two tensors hold the same bits (dtype, shape and every byte): how a fast path (a graph replay, a
+    traced custom op) proves itself against the path it replaces, -0.0 and NaN payloads included."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.uint8),
+                                                                     b.reshape(-1).view(torch.uint8))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_native import assert_native
+from helpers_native import assert_native, same_bits
 from list_operand_ops import WEIGHTED_SUM, weighted_sum
 
 import trident
@@ -43,10 +43,6 @@ def jitted(fn: object, graphs: bool) -> object:
     step = trident.jit(fn)
     step._trident.use_cuda_graphs(graphs)  # type: ignore[attr-defined]
     return step
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 @gpu

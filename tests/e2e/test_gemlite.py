@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_native import assert_launches_native, assert_native
+from helpers_native import assert_launches_native, assert_native, same_bits
 
 import trident
 from trident.graphs.recorder import RECORD_AT_HIT
@@ -100,10 +100,6 @@ def int8_linear(gemlite: Any, in_features: int, out_features: int, dtype: torch.
     torch.manual_seed(seed)
     linear = torch.nn.Linear(in_features, out_features, bias=False, dtype=dtype, device="cuda")
     return gemlite.helper.A16W8(device="cuda").from_linear(linear)
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 def assert_traced_into(f: Any, calls_per_step: int, kernel: str) -> None:

@@ -16,6 +16,7 @@ import random
 
 import pytest
 import torch
+from helpers_native import same_bits
 import triton
 import triton.language as tl
 
@@ -45,11 +46,6 @@ def cache_update(cache: torch.Tensor, row: torch.Tensor, pos: int) -> torch.Tens
     out = torch.empty_like(row)
     axpb_kernel[(triton.cdiv(row.numel(), 256),)](cache[pos], out, row.numel(), 1.0, float(0), BLOCK=256)
     return out + cache[0]
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8),
-                                                                     b.reshape(-1).view(torch.uint8))
 
 
 def pair(fn):  # type: ignore[no-untyped-def]
