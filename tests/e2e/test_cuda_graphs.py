@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers_native import assert_native, same_bits
-from list_operand_ops import WEIGHTED_SUM, weighted_sum
+from list_operand_ops import WEIGHTED_SUM, shifted_sum, weighted_sum
 
 import trident
 import trident.dynamo
@@ -635,6 +635,41 @@ def test_an_opaque_custom_op_taking_argument_tensors_in_a_list_replays(plan: boo
             assert same_bits(got, direct(x, y)) and same_bits(got, f(x, y)), f"call {p}"
     # x, and y once (y * 2 stages it, the list's item 2 reads that copy)
     assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
+
+
+@gpu
+@pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
+def test_a_traced_custom_op_with_list_operands_replays_with_its_int_list_following_the_position(plan: bool) -> None:
+    """Tensor[], Tensor?[] and SymInt[] operands of a custom op traced into (issue 41): its launch is a Triton node of
+    the graph, and the offsets, which follow the position every call, reach it as patched kernel parameters (from the
+    replay plan too), with the direct path's and eager's bits."""
+
+    def step(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, pos: int) -> torch.Tensor:
+        return shifted_sum([a, b * 1], [bias, None], [pos, 2 * pos + 1], 48) - 1
+
+    a, b, bias = (torch.randn(400, device="cuda"), torch.randn(400, device="cuda"), torch.randn(48, device="cuda"))
+    positions = [p for p in range(2, 28) if p % 16]  # no new Triton variant after the first (== 1, % 16 == 0)
+    calls = len(positions)
+    with override(replay_plan=plan):
+        with_graphs, direct = jitted(step, True), jitted(step, False)
+        for pos in positions:
+            got = with_graphs(a, b, bias, pos)
+            assert same_bits(got, direct(a, b, bias, pos)) and same_bits(got, step(a, b, bias, pos)), f"position {pos}"
+    text = trident.explain(with_graphs)
+    assert "traced into trident_test_lists::shifted_sum" in text, text
+    last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]  # symbolic in pos
+    graphs = with_graphs._trident.entry.graphs(last)  # type: ignore[attr-defined]
+    hits = with_graphs._trident.entry.hits()[last]  # type: ignore[attr-defined]
+    recording = graph_of(with_graphs, last)
+    assert recording is not None and recording.counts["kernel_nodes"] == 1, text
+    # Every hit after the recording one replayed; the recording counts one replay more, the proof's.
+    assert graphs.misses == 0 and graphs.replays == hits - RECORD_AT_HIT > 0, text
+    assert recording.counts["divergences"] == 0 and recording.counts["replays"] == graphs.replays + 1, text
+    assert recording.counts["patched_nodes"] >= graphs.replays, text  # the offsets change every call
+    if plan:
+        assert recording.plan is not None and recording.plan["state"] == "on", text
+        assert recording.plan["replays"] > 0 and recording.plan["fallbacks"] == 0, recording.plan
+    assert_native(with_graphs, hits=calls, compiles=last + 1)
 
 
 @gpu

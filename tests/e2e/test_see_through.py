@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from helpers_native import assert_launches_native, assert_native
+from list_operand_ops import shifted_sum
 from region_kernels import HAS_MAP_ELEMENTWISE, clamp_kernel
 
 import trident
@@ -309,6 +311,34 @@ def test_a_kernel_torchs_analysis_cannot_read_is_traced_into_on_trident_s_own() 
     assert hits(f) == 3 and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
     assert "traced into trident_see_through::clamp_to_one" in text, text
     assert not any("clamp_to_one" in call for call in aten_calls(f)), text
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_custom_op_with_list_operands_is_traced_into_and_its_int_list_follows_the_call(device: str) -> None:
+    """Tensor[], Tensor?[] and SymInt[] operands (issue 41): the items become the launch's own arguments. The offsets
+    follow the step's int, so one specialization serves every position (no recompile per value), every call is a
+    native hit with eager's bits, and the op is no ATen call of the program."""
+
+    def step(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, pos: int) -> torch.Tensor:
+        return shifted_sum([a, b * 1], [bias, None], [pos, 2 * pos + 1], 48) - 1
+
+    f = trident.jit(step)
+    a, b, bias = (torch.randn(160, device=device), torch.randn(160, device=device), torch.randn(48, device=device))
+    positions = [3, 7, 0, 11, 5, 9]
+    with torch.no_grad():
+        for pos in positions:
+            with eager(device):
+                expected = step(a, b, bias, pos)
+            got = f(a, b, bias, pos)
+            assert torch.equal(got, expected), pos
+            assert torch.equal(expected, a[pos:pos + 48] + 2 * b[2 * pos + 1:2 * pos + 49] + bias - 1), pos
+    assert_native(f, hits=len(positions), compiles=2)  # the first position's, then one symbolic in pos
+    text = trident.explain(f)
+    assert "traced into trident_test_lists::shifted_sum (custom op, " in text, text
+    assert not any("shifted_sum" in call for call in aten_calls(f)), text
+    assert all(len(spec.compiled.launch_sites) == 1 for spec in f._trident.specializations), text  # type: ignore[attr-defined]
+    if device == "cuda":
+        assert_launches_native(f)
 
 
 @pytest.mark.parametrize("device", DEVICES)
