@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
+import sympy
+
 from .base import Guard, NativeCheck, PythonCheck
 from .global_state import FunctionModesGuard, GlobalStateGuard
 from .module_state import AttributeGuard
@@ -34,17 +36,38 @@ class GuardSet:
     # where one is known, else "constant #i".
     constant_labels: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
-    # The kinds in the order each form visits them (field names). Natively, process-wide state first; module
-    # state before arguments (a flipped `training` flag misses at once); a sequence before its items; scalars and
-    # identities before tensors (a specialization compiled for another value of an int misses before reading
-    # every tensor); a tensor's type and rank before its sizes and strides are loaded; symbols bound before the
-    # properties and relations that use them. In Python, the order gives the most direct miss reason first.
-    NATIVE_ORDER = ("global_state", "function_modes", "attributes", "sequences", "scalars", "identities", "tensors",
-                    "derived", "bindings", "properties", "relations")  # fmt: skip
+    # The kinds in the order each form visits them (field names, or the splits below). Natively, what tells two
+    # specializations of one structure apart before what they share: process-wide state; a sequence before its
+    # items; scalars and identities (a specialization compiled for another value of an int misses at once); the
+    # call's own tensors and the sizes, strides and offsets they have as constants (a model's prefill
+    # specialization rejects a decode step's call there, not after its ~150 weights and its module state); then
+    # module state, the tensors the function closes over, symbols bound before the properties and relations that
+    # use them. A tensor's type and rank are checked before its layout is loaded. In Python, the order gives the
+    # most direct miss reason first.
+    NATIVE_ORDER = ("global_state", "function_modes", "sequences", "scalars", "identities", "argument_tensors",
+                    "argument_constant_layouts", "attributes", "constant_tensors", "derived", "bindings",
+                    "other_properties", "relations")  # fmt: skip
     CHECK_ORDER = ("sequences", "tensors", "derived", "attributes", "scalars", "identities", "bindings", "properties",
                    "relations", "global_state", "function_modes")  # fmt: skip
     EXPLAIN_ORDER = ("sequences", "tensors", "scalars", "identities", "derived", "attributes", "bindings",
                      "properties", "relations", "global_state", "function_modes")  # fmt: skip
+
+    @property
+    def argument_tensors(self) -> tuple[TensorGuard, ...]:
+        return tuple(g for g in self.tensors if not g.path.is_constant)
+
+    @property
+    def constant_tensors(self) -> tuple[TensorGuard, ...]:
+        return tuple(g for g in self.tensors if g.path.is_constant)
+
+    @property
+    def argument_constant_layouts(self) -> tuple[PropertyGuard, ...]:
+        """Sizes, strides and offsets of the call's tensors that are plain integers (no symbol to bind first)."""
+        return tuple(p for p in self.properties if _argument_constant_layout(p))
+
+    @property
+    def other_properties(self) -> tuple[PropertyGuard, ...]:
+        return tuple(p for p in self.properties if not _argument_constant_layout(p))
 
     def constant_label(self, index: int) -> str:
         return self.constant_labels.get(index, f"constant #{index}")
@@ -53,7 +76,7 @@ class GuardSet:
         """(kind, its guards) for each field in `order`."""
         for name in order:
             value = getattr(self, name)
-            yield _KINDS[name], (value,) if isinstance(value, Guard) else value
+            yield _KINDS[SPLITS.get(name, name)], (value,) if isinstance(value, Guard) else value
 
     def lower(self, native: NativeCheck) -> None:
         """Emit every guard's native check into the guard function (lowering/lower_guards.py)."""
@@ -61,10 +84,19 @@ class GuardSet:
             kind.lower_all(guards, native)
 
 
+def _argument_constant_layout(p: PropertyGuard) -> bool:
+    return not p.path.is_constant and p.prop != "int" and isinstance(p.expr, sympy.Integer)
+
+
 _KINDS: dict[str, type[Guard]] = {
     "sequences": SequenceGuard, "tensors": TensorGuard, "derived": DerivedConstantGuard, "attributes": AttributeGuard,
     "scalars": ScalarGuard, "identities": IdentityGuard, "bindings": SymbolBinding, "properties": PropertyGuard,
     "relations": RelationGuard, "global_state": GlobalStateGuard, "function_modes": FunctionModesGuard,
+}  # fmt: skip
+# The parts NATIVE_ORDER visits a field in, each the field's guards that satisfy a test (together: all of them).
+SPLITS: dict[str, str] = {
+    "argument_tensors": "tensors", "constant_tensors": "tensors",
+    "argument_constant_layouts": "properties", "other_properties": "properties",
 }  # fmt: skip
 
 
