@@ -149,3 +149,18 @@ def test_hf_compile_time_runs(tmp_path: Path) -> None:
     assert cells[("llama", 1, "prefill")]["compiles"] == 1 and cells[("llama", 1, "decode")]["compiles"] == 1
     assert set(data["per_layer_fits"]) == {f"{f} {p}" for f in ("llama", "qwen2")
                                            for p in ("prefill", "decode", "generate", "generate static")}
+
+
+def test_hf_guards_cpu_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "hf_guards_cpu.py"), "--layers", "2", "--repeat", "100",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["machine"]["cpu"] and data["layers"] == 2, data
+    # the prefill and the decode specialization; only the decode one accepts a decode call
+    assert [(r["decode"], r["accepts"]) for r in data["rows"]] == [(False, False), (True, True)], data["rows"]
+    assert all(r["guard_us"] > 0 for r in data["rows"]) and data["rows"][1]["guards"]["tensors"] > 0, data["rows"]
