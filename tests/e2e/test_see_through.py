@@ -696,3 +696,58 @@ def test_an_aten_override_registered_before_trident_is_imported_stays_opaque_and
     assert ("opaque aten::mul.Tensor: its Python kernel for CPU was registered at <string>:7 before trident was "
             "imported, and the dispatcher gives no way to read it back; import trident before the library "
             "registers it; called through the dispatcher") in result["explain"], result["explain"]
+
+
+def _marked_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """An aten::mm override whose result is recognisably its own: the product plus 1000."""
+    return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1) + 1000
+
+
+@contextlib.contextmanager
+def mm_override() -> Iterator[None]:
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("mm", _marked_mm, "CPU")
+        yield
+    finally:
+        lib._destroy()
+
+
+def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w) + 1
+
+
+def test_an_override_registered_after_the_compile_of_a_pooled_matmul_recompiles_and_is_traced_into() -> None:
+    """The compiled program computes its matmul into a pooled result without the functional op's dispatch (on CUDA
+    it calls ATen's kernel directly), so a Python kernel registered for aten::mm later would not be reached: the
+    specialization guards that none is. Registered, the call misses and the new specialization traces into it (the
+    override's result, as eager's); removed, the first one matches again."""
+    f = trident.jit(_project)
+    x, w = torch.randn(4, 8), torch.randn(8, 5)
+    with torch.no_grad(), count_compiles() as compiles:
+        torch.testing.assert_close(f(x, w), _project(x, w), rtol=0, atol=0)
+        assert "Python kernel of aten::mm for CPU: absent" in trident.explain(f)
+        product = x @ w
+        with mm_override():
+            expected = _project(x, w)
+            torch.testing.assert_close(expected, torch.relu(product + 1000) + 1, rtol=1e-5, atol=1e-4)  # the override's
+            torch.testing.assert_close(f(x, w), expected, rtol=0, atol=0)
+            assert "Python kernel of aten::mm for CPU: added since capture" in f._trident.last_miss_reason  # type: ignore[attr-defined]
+        torch.testing.assert_close(f(x, w), _project(x, w), rtol=0, atol=0)
+    assert compiles() == 2 and f._trident.entry.hits() == [2, 1], trident.explain(f)  # type: ignore[attr-defined]
+    assert "traced into aten::mm (Python kernel, CPU kernel)" in trident.explain(f)
+    assert f._trident.eager_calls == 0  # type: ignore[attr-defined]
+
+
+def test_a_matmul_whose_override_stays_opaque_is_not_pooled_and_reaches_the_override() -> None:
+    """With aten::mm's Python kernel kept opaque (a per-op opt-out), the program calls the op through the
+    dispatcher, which reaches the override as eager does, instead of computing into a pooled result past it."""
+    f = trident.jit(_project)
+    x, w = torch.randn(4, 8), torch.randn(8, 5)
+    with torch.no_grad(), mm_override(), override(opaque_ops=frozenset({"aten::mm"})):
+        expected = _project(x, w)
+        for _ in range(2):
+            torch.testing.assert_close(f(x, w), expected, rtol=0, atol=0)
+    text = trident.explain(f)
+    assert f._trident.entry.hits() == [2] and f._trident.eager_calls == 0, text  # type: ignore[attr-defined]
+    assert "aten::mm" in " ".join(aten_calls(f)) and "opaque aten::mm" in text, text

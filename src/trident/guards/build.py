@@ -17,7 +17,7 @@ from ..capture.trace import Trace
 from .global_state import FunctionModesGuard, GlobalStateGuard, current_function_modes, current_global_state
 from .guard_set import GuardSet
 from .int64_ranges import int64_range_guards
-from .module_state import module_state_guards, see_through_guards
+from .module_state import bypass_guards, module_state_guards, see_through_guards
 from .symbols import PropertyGuard, RelationGuard, SymbolBinding
 from .tensors import DerivedConstantGuard, TensorGuard
 from .values import IdentityGuard, ScalarGuard, SequenceGuard
@@ -34,7 +34,8 @@ def guard_set(
     roots = module_roots(fn, param_names, list(values))
     names = tensor_names(roots)  # id(tensor) -> how the user names a constant (a module path)
     constant_labels = {i: names[id(c)] for i, c in enumerate(trace.constants) if id(c) in names}
-    attributes = module_state_guards(module_reads, module_paths(roots)) + see_through_guards(trace.see_through)
+    attributes = (module_state_guards(module_reads, module_paths(roots)) + see_through_guards(trace.see_through)
+                  + bypass_guards(trace.graph_module.graph, trace.see_through))
     sequences = tuple(SequenceGuard(s) for s in facts.sequences)
     tensors: list[TensorGuard] = []
     scalars: list[ScalarGuard] = []

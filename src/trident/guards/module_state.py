@@ -11,7 +11,7 @@ import torch.utils.hooks
 
 from ..capture.inputs import ABSENT, LeafKind, classify
 from ..capture.module_state import GLOBAL_HOOK_DICTS, ModuleReads
-from ..capture.python_kernels import KernelVersions, Report
+from ..capture.python_kernels import KernelVersions, Report, op_name
 from ..lowering import runtime_abi as native_abi
 from ..native_numbers import fits_int64
 from .base import Guard, NativeCheck, PythonCheck
@@ -124,6 +124,27 @@ def hook_guards() -> list[AttributeGuard]:
         out += [AttributeGuard(f"torch.nn.modules.module.{name}[{key}]", hooks, key, True, LeafKind.OBJECT, hook)
                 for key, hook in hooks.items()]
     return out
+
+
+# The operators a specialization may run without the dispatcher (trident_pool_matmul calls ATen's CUDA kernel for
+# mm and addmm directly: lowering/pooled_allocations.py), so that a Python kernel registered for them later would
+# not be reached, where eager reaches it.
+DISPATCHER_BYPASSED = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+
+def bypass_guards(graph: torch.fx.Graph, report: Report) -> list[AttributeGuard]:
+    """For each operator of DISPATCHER_BYPASSED the program calls, on each device key it calls it for: still no
+    Python kernel registered there (a library's `enable()` after the compile misses, and the new specialization
+    traces into its kernel, as eager would run it). Those the capture traced into or saw are see_through_guards'."""
+    keys = {}
+    for node in graph.nodes:
+        value = node.meta.get("val") if node.op == "call_function" else None
+        if node.target in DISPATCHER_BYPASSED and isinstance(value, torch.Tensor):
+            name = f"{op_name(node.target).removesuffix('.default')}/{value.device.type.upper()}"
+            keys.setdefault(name, None)
+    return [AttributeGuard(f"Python kernel of {name.rsplit('/', 1)[0]} for {name.rsplit('/', 1)[1]}", KernelVersions,
+                           name, False, LeafKind.OBJECT, ABSENT)
+            for name in keys if name not in report.depends and name not in KernelVersions.__dict__]
 
 
 def see_through_guards(report: Report) -> list[AttributeGuard]:

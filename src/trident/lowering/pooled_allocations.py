@@ -5,7 +5,9 @@ lowered to trident_pool_empty / trident_pool_empty_like with a site index each: 
 buffer that site made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp
 says when). `mm` and `addmm` (F.linear; beta = alpha = 1) are lowered to trident_pool_matmul, which computes
 into a pooled result with ATen's out= variant, on CUDA by calling its CUDA kernel directly when the dispatcher
-would end there (the same kernels and bits as the functional op). Only the plain forms are pooled, decided
+would end there (the same kernels and bits as the functional op). That passes a Python kernel registered for the
+functional op by, so an op that has one is not pooled, and a pooled one guards that none is registered later
+(guards/module_state.py, bypass_guards). Only the plain forms are pooled, decided
 from the op's literal arguments: a dtype given (or, for empty_like, taken from the input), strided layout, no
 pinned memory, the contiguous (empty) or preserve (empty_like) memory format, a device given with its index. A result the function returns is not pooled:
 the caller keeps it, so the site could never reuse it and would only keep the memory alive (followed
@@ -21,6 +23,7 @@ import torch
 from torch_mlir import ir
 
 from .. import abi
+from ..capture.python_kernels import KernelVersions
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
 from .aliasing import escapes
 
@@ -77,11 +80,20 @@ def _device_given(value: object) -> bool:
     return device.type == "cpu" or (device.type == "cuda" and device.index is not None)
 
 
+def _overridden(dotted: str) -> bool:
+    """Whether a Python kernel is registered for ATen operator `dotted` ("aten.mm") on any dispatch key now
+    (capture/python_kernels.py; a specialization that calls it pooled guards that none is registered later)."""
+    prefix = dotted.replace(".", "::", 1) + "/"
+    return any(name.startswith(prefix) for name in vars(KernelVersions))
+
+
 def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> str | None:
     """"empty", "empty_strided", "empty_like" or "matmul" when this op's result can come from the pool, else None."""
     if op.name not in _ALLOCATING or escapes(op.results[0], aten_name):
         return None
     args = [literal(v) for v in op.operands]
+    if op.name in ("torch.aten.mm", "torch.aten.addmm") and _overridden(op.name.removeprefix("torch.")):
+        return None  # a Python kernel registered for it (kept opaque): the dispatcher must reach it, as in eager
     if op.name == "torch.aten.mm":
         return "matmul"
     if op.name == "torch.aten.addmm":  # F.linear with a bias: beta = alpha = 1
