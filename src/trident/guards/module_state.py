@@ -13,6 +13,7 @@ from ..capture.inputs import ABSENT, LeafKind, classify
 from ..capture.module_state import GLOBAL_HOOK_DICTS, ModuleReads
 from ..capture.python_kernels import KernelVersions, Report, op_name
 from ..lowering import runtime_abi as native_abi
+from ..lowering.pooled_allocations import POOLED_MATMULS
 from ..native_numbers import fits_int64
 from .base import Guard, NativeCheck, PythonCheck
 from .values import address, check_equal, lower_scalar, same_scalar
@@ -126,25 +127,21 @@ def hook_guards() -> list[AttributeGuard]:
     return out
 
 
-# The operators a specialization may run without the dispatcher (trident_pool_matmul calls ATen's CUDA kernel for
-# mm and addmm directly: lowering/pooled_allocations.py), so that a Python kernel registered for them later would
-# not be reached, where eager reaches it.
-DISPATCHER_BYPASSED = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-
-
 def bypass_guards(graph: torch.fx.Graph, report: Report) -> list[AttributeGuard]:
-    """For each operator of DISPATCHER_BYPASSED the program calls, on each device key it calls it for: still no
-    Python kernel registered there (a library's `enable()` after the compile misses, and the new specialization
-    traces into its kernel, as eager would run it). Those the capture traced into or saw are see_through_guards'."""
-    keys = {}
+    """For each operator the program calls that trident_pool_matmul computes past its own dispatch (so that a
+    Python kernel registered for it later would not be reached, where eager reaches it), on each device key it
+    calls it for: still no Python kernel registered there (a library's `enable()` after the compile misses, and the
+    new specialization traces into its kernel). Those the capture traced into or saw are see_through_guards'."""
+    names = {}
     for node in graph.nodes:
         value = node.meta.get("val") if node.op == "call_function" else None
-        if node.target in DISPATCHER_BYPASSED and isinstance(value, torch.Tensor):
-            name = f"{op_name(node.target).removesuffix('.default')}/{value.device.type.upper()}"
-            keys.setdefault(name, None)
-    return [AttributeGuard(f"Python kernel of {name.rsplit('/', 1)[0]} for {name.rsplit('/', 1)[1]}", KernelVersions,
-                           name, False, LeafKind.OBJECT, ABSENT)
-            for name in keys if name not in report.depends and name not in KernelVersions.__dict__]
+        if isinstance(node.target, torch._ops.OpOverload) and isinstance(value, torch.Tensor):
+            op = op_name(node.target)
+            if op in POOLED_MATMULS:
+                names.setdefault((op, value.device.type.upper()), None)
+    return [AttributeGuard(f"Python kernel of {op} for {key}", KernelVersions, f"{op}/{key}", False,
+                           LeafKind.OBJECT, ABSENT)
+            for op, key in names if f"{op}/{key}" not in report.depends and f"{op}/{key}" not in vars(KernelVersions)]
 
 
 def see_through_guards(report: Report) -> list[AttributeGuard]:

@@ -80,11 +80,14 @@ def _device_given(value: object) -> bool:
     return device.type == "cpu" or (device.type == "cuda" and device.index is not None)
 
 
-def _overridden(dotted: str) -> bool:
-    """Whether a Python kernel is registered for ATen operator `dotted` ("aten.mm") on any dispatch key now
+# The operators trident_pool_matmul computes past their own dispatch, as capture/python_kernels.py names them.
+POOLED_MATMULS = ("aten::mm", "aten::addmm")
+
+
+def _overridden(op: str) -> bool:
+    """Whether a Python kernel is registered for ATen operator `op` ("aten::mm") on any dispatch key now
     (capture/python_kernels.py; a specialization that calls it pooled guards that none is registered later)."""
-    prefix = dotted.replace(".", "::", 1) + "/"
-    return any(name.startswith(prefix) for name in vars(KernelVersions))
+    return any(name.startswith(op + "/") for name in vars(KernelVersions))
 
 
 def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, str]]) -> str | None:
@@ -92,7 +95,7 @@ def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, s
     if op.name not in _ALLOCATING or escapes(op.results[0], aten_name):
         return None
     args = [literal(v) for v in op.operands]
-    if op.name in ("torch.aten.mm", "torch.aten.addmm") and _overridden(op.name.removeprefix("torch.")):
+    if op.name in ("torch.aten.mm", "torch.aten.addmm") and _overridden(aten_name(op)[0]):
         return None  # a Python kernel registered for it (kept opaque): the dispatcher must reach it, as in eager
     if op.name == "torch.aten.mm":
         return "matmul"
