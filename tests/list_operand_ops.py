@@ -57,3 +57,8 @@ def shifted_sum(tensors: list[torch.Tensor], biases: list[Optional[torch.Tensor]
 @shifted_sum.register_fake
 def _(tensors: list[torch.Tensor], biases: list[Optional[torch.Tensor]], offsets: list[int], n: int) -> torch.Tensor:
     return tensors[0].new_empty(n)
+
+
+def shifted_sum_step(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, pos: int) -> torch.Tensor:
+    """The step the tests jit: every list operand kind, the offsets following `pos`, `b * 1` an ATen op before."""
+    return shifted_sum([a, b * 1], [bias, None], [pos, 2 * pos + 1], 48) - 1

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers_native import assert_native, same_bits
-from list_operand_ops import WEIGHTED_SUM, shifted_sum, weighted_sum
+from list_operand_ops import WEIGHTED_SUM, shifted_sum_step, weighted_sum
 
 import trident
 import trident.dynamo
@@ -644,17 +644,15 @@ def test_a_traced_custom_op_with_list_operands_replays_with_its_int_list_followi
     the graph, and the offsets, which follow the position every call, reach it as patched kernel parameters (from the
     replay plan too), with the direct path's and eager's bits."""
 
-    def step(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, pos: int) -> torch.Tensor:
-        return shifted_sum([a, b * 1], [bias, None], [pos, 2 * pos + 1], 48) - 1
-
     a, b, bias = (torch.randn(400, device="cuda"), torch.randn(400, device="cuda"), torch.randn(48, device="cuda"))
     positions = [p for p in range(2, 28) if p % 16]  # no new Triton variant after the first (== 1, % 16 == 0)
     calls = len(positions)
     with override(replay_plan=plan):
-        with_graphs, direct = jitted(step, True), jitted(step, False)
+        with_graphs, direct = jitted(shifted_sum_step, True), jitted(shifted_sum_step, False)
         for pos in positions:
             got = with_graphs(a, b, bias, pos)
-            assert same_bits(got, direct(a, b, bias, pos)) and same_bits(got, step(a, b, bias, pos)), f"position {pos}"
+            expected = shifted_sum_step(a, b, bias, pos)
+            assert same_bits(got, direct(a, b, bias, pos)) and same_bits(got, expected), f"position {pos}"
     text = trident.explain(with_graphs)
     assert "traced into trident_test_lists::shifted_sum" in text, text
     last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]  # symbolic in pos

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from helpers_native import assert_launches_native, assert_native
-from list_operand_ops import shifted_sum
+from list_operand_ops import shifted_sum_step
 from region_kernels import HAS_MAP_ELEMENTWISE, clamp_kernel
 
 import trident
@@ -319,16 +319,13 @@ def test_a_custom_op_with_list_operands_is_traced_into_and_its_int_list_follows_
     follow the step's int, so one specialization serves every position (no recompile per value), every call is a
     native hit with eager's bits, and the op is no ATen call of the program."""
 
-    def step(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, pos: int) -> torch.Tensor:
-        return shifted_sum([a, b * 1], [bias, None], [pos, 2 * pos + 1], 48) - 1
-
-    f = trident.jit(step)
+    f = trident.jit(shifted_sum_step)
     a, b, bias = (torch.randn(160, device=device), torch.randn(160, device=device), torch.randn(48, device=device))
     positions = [3, 7, 0, 11, 5, 9]
     with torch.no_grad():
         for pos in positions:
             with eager(device):
-                expected = step(a, b, bias, pos)
+                expected = shifted_sum_step(a, b, bias, pos)
             got = f(a, b, bias, pos)
             assert torch.equal(got, expected), pos
             assert torch.equal(expected, a[pos:pos + 48] + 2 * b[2 * pos + 1:2 * pos + 49] + bias - 1), pos
@@ -336,7 +333,8 @@ def test_a_custom_op_with_list_operands_is_traced_into_and_its_int_list_follows_
     text = trident.explain(f)
     assert "traced into trident_test_lists::shifted_sum (custom op, " in text, text
     assert not any("shifted_sum" in call for call in aten_calls(f)), text
-    assert all(len(spec.compiled.launch_sites) == 1 for spec in f._trident.specializations), text  # type: ignore[attr-defined]
+    specs = f._trident.specializations  # type: ignore[attr-defined]
+    assert all(len(spec.compiled.launch_sites) == 1 for spec in specs), text
     if device == "cuda":
         assert_launches_native(f)
 
@@ -732,7 +730,8 @@ def test_an_override_registered_after_the_compile_of_a_pooled_matmul_recompiles_
             expected = _project(x, w)
             torch.testing.assert_close(expected, torch.relu(product + 1000) + 1, rtol=1e-5, atol=1e-4)  # the override's
             torch.testing.assert_close(f(x, w), expected, rtol=0, atol=0)
-            assert "Python kernel of aten::mm for CPU: added since capture" in f._trident.last_miss_reason  # type: ignore[attr-defined]
+            miss = f._trident.last_miss_reason  # type: ignore[attr-defined]
+            assert "Python kernel of aten::mm for CPU: added since capture" in miss, miss
         torch.testing.assert_close(f(x, w), _project(x, w), rtol=0, atol=0)
     assert compiles() == 2 and f._trident.entry.hits() == [2, 1], trident.explain(f)  # type: ignore[attr-defined]
     assert "traced into aten::mm (Python kernel, CPU kernel)" in trident.explain(f)

@@ -44,7 +44,8 @@ PyObject* code_entry(PyFrameObject* frame, PyCodeObject* code) {
   } else {
     Py_INCREF(caller_name);
   }
-  PyObject* entry = PyErr_Occurred() ? nullptr : PyTuple_Pack(3, reinterpret_cast<PyObject*>(code), globals, caller_name);
+  PyObject* entry =
+      PyErr_Occurred() ? nullptr : PyTuple_Pack(3, reinterpret_cast<PyObject*>(code), globals, caller_name);
   Py_DECREF(caller_name);
   Py_DECREF(globals);
   return entry;

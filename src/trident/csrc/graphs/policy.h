@@ -5,13 +5,12 @@
  *
  * The first recording is made at the kRecordAtHit-th hit. At most kMaxRecordings recordings are kept (symbolic
  * sizes, e.g. batch 1 and 8, or a new KV cache per generate() each need their own); a new one replaces the least
- * recently replayed. A miss costs a partial
- * replay-mode run per recording before the direct one, so when hits miss every recording more often than
- * kGraphMissAllowance beyond their replays, replay pauses. A call no recording fits is recorded at once while
- * the recordings made so far replay; after a recording that failed or never replayed, the next waits a backoff
- * that doubles from kFirstBackoff hits to kMaxBackoff while they keep failing, and a pause lasts such a backoff
- * too. Nothing stops for good on a transient cause (a Triton variant compiling at the moment of a recording,
- * inputs that were changing for a while); only the recorder says "never" (RecordOutcome.never).
+ * recently replayed. A miss costs a partial replay-mode run per recording before the direct one, so when hits miss
+ * every recording more often than kGraphMissAllowance beyond their replays, replay pauses. A call no recording fits
+ * is recorded at once while the recordings made so far replay; after a recording that failed or never replayed, the
+ * next waits a backoff that doubles from kFirstBackoff hits to kMaxBackoff while they keep failing, and a pause
+ * lasts such a backoff too. Nothing stops for good on a transient cause (a Triton variant compiling at the moment
+ * of a recording, inputs that were changing for a while); only the recorder says "never" (RecordOutcome.never).
  */
 #ifndef TRIDENT_GRAPH_POLICY_H
 #define TRIDENT_GRAPH_POLICY_H
