@@ -67,6 +67,12 @@ from .inputs import ABSENT
 # Which Python kernels are registered
 
 
+# The operators a compiled program may compute past their own dispatch (trident_pool_matmul: lowering/
+# pooled_allocations.py), so that it would not reach a Python kernel registered for them: the lowering pools them
+# only where none is, and guards/module_state.py's bypass_guards keep it so.
+POOLED_MATMULS = ("aten::mm", "aten::addmm")
+
+
 class KernelVersions:
     """One class attribute per (operator, dispatch key), named "ns::name.overload/Key": the token of the Python
     function registered there now (-1: a kernel Trident does not trace into; absent: none since trident was

@@ -11,9 +11,8 @@ import torch.utils.hooks
 
 from ..capture.inputs import ABSENT, LeafKind, classify
 from ..capture.module_state import GLOBAL_HOOK_DICTS, ModuleReads
-from ..capture.python_kernels import KernelVersions, Report, op_name
+from ..capture.python_kernels import POOLED_MATMULS, KernelVersions, Report, op_name
 from ..lowering import runtime_abi as native_abi
-from ..lowering.pooled_allocations import POOLED_MATMULS
 from ..native_numbers import fits_int64
 from .base import Guard, NativeCheck, PythonCheck
 from .values import address, check_equal, lower_scalar, same_scalar

@@ -80,10 +80,6 @@ def _device_given(value: object) -> bool:
     return device.type == "cpu" or (device.type == "cuda" and device.index is not None)
 
 
-# The operators trident_pool_matmul computes past their own dispatch, as capture/python_kernels.py names them.
-POOLED_MATMULS = ("aten::mm", "aten::addmm")
-
-
 def _overridden(op: str) -> bool:
     """Whether a Python kernel is registered for ATen operator `op` ("aten::mm") on any dispatch key now
     (capture/python_kernels.py; a specialization that calls it pooled guards that none is registered later)."""
