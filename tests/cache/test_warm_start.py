@@ -163,6 +163,29 @@ def test_guards_decide_between_stored_specializations(disk_cache: Path) -> None:
         assert hits(warm) == [1, 2]  # 2 ran the static record, 3 and 7 the symbolic one
 
 
+def test_truth_reads_decide_between_stored_specializations(disk_cache: Path) -> None:
+    """A truth read from a tensor (`if mask.all():`) is guarded by a value program stored with the code: the loaded
+    specializations tell the two truths apart natively, and explain still says why a call missed."""
+
+    def fn(x, mask):  # type: ignore[no-untyped-def]
+        return x * 2 if mask.all() else x + mask
+
+    x, full = torch.randn(4), torch.ones(4, dtype=torch.bool)
+    holed = torch.tensor([True, False, True, True])
+    with torch.no_grad():
+        cold = trident.jit(fn)
+        expected = [cold(x, full), cold(x, holed)]
+        with count_compiles() as compiles:
+            warm = trident.jit(fn)
+            for _ in range(2):
+                assert_same_bits(warm(x, holed), expected[1])
+                assert_same_bits(warm(x, full), expected[0])
+        assert compiles() == 0, trident.explain(warm)
+    text = trident.explain(warm)
+    assert text.count("loaded from the disk cache") == 2 and hits(warm) == [2, 2], text
+    assert "if mask.all() else x + mask -> True, compiled for False" in text, text  # the Python form, loaded
+
+
 def test_changed_closure_state_is_a_miss(disk_cache: Path) -> None:
     def make(eps: float):  # type: ignore[no-untyped-def]
         def fn(x):  # type: ignore[no-untyped-def]

@@ -456,6 +456,10 @@ class SeeThroughMode(TorchDispatchMode):
         if self.refusals:
             raise self.refusals[0]
 
+    def in_body(self) -> bool:
+        """Whether the body of a Python kernel being traced into is running."""
+        return bool(self._bodies)
+
     def _refuse(self, op: str, reason: str) -> Retry:
         retry = Retry(op, reason)
         self.refusals.append(retry)

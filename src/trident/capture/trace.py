@@ -55,6 +55,7 @@ from .specialize import ScalarLowering, symbols_to_specialize, watch_float_folds
 from .symbolic_math import symbolic_math
 from .user_state import UserState
 from .user_state import snapshot as snapshot_user_state
+from .value_reads import TruthReads, ValueProgram, library_branches, split_value_programs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +120,8 @@ class Trace:
     see_through: Report = dataclasses.field(default_factory=Report)
     # Attributes the function assigned into the call's state objects, made again by compiled code after its run.
     state_writes: tuple[StateWrite, ...] = ()
+    # Truths of tensors the function read in Python (`if mask.all():`), which the guards check (value_reads.py).
+    value_programs: tuple[ValueProgram, ...] = ()
 
 
 _state = threading.local()
@@ -249,6 +252,7 @@ _VALUE_READS = {
     torch.Tensor.item: ".item()", torch.Tensor.tolist: ".tolist()", torch.Tensor.__bool__: "bool(tensor)",
     torch.Tensor.__int__: "int(tensor)", torch.Tensor.__float__: "float(tensor)",
     torch.Tensor.__index__: "using a tensor as an index", torch.Tensor.numpy: ".numpy()",
+    torch.Tensor.__contains__: "`in` on a tensor",
 }  # fmt: skip
 
 
@@ -263,9 +267,11 @@ class _TracingMode(TorchFunctionMode):
     - recomputes fakes of an earlier capture that the program kept (a library's cache, kept_fakes.py), and
       notes each op's results for the next capture to do the same."""
 
-    def __init__(self, fake_mode: FakeTensorMode) -> None:
+    def __init__(self, fake_mode: FakeTensorMode, truths: TruthReads, in_kernel_body: Callable[[], bool]) -> None:
         super().__init__()
         self.fake_mode = fake_mode
+        self.truths = truths  # the reads of a tensor's truth it answered, for the guards
+        self.in_kernel_body = in_kernel_body  # a Python kernel traced into is running: its reads stay refused
         self.real_of: dict[int, torch.Tensor] = {}  # id(live tensor's fake) -> live tensor
         self._fake_of: dict[int, torch.Tensor] = {}  # id(live tensor) -> fake
         self.produced: list[tuple[FakeTensor, torch.fx.Node]] = []  # each op's fake results, with their node
@@ -300,6 +306,22 @@ class _TracingMode(TorchFunctionMode):
             )
         return replay(recipe, self._fake, self._replayed)
 
+    def _truth(self, func: object, args: Sequence[object], where: str) -> bool | None:
+        """The answer to a read of a tensor's truth (`bool(t)`, a bool tensor's `.item()`, `value in t`) that the
+        guards can check, or None: the read is refused."""
+        self.truths.refusal = ""
+        tensor = args[0] if args else None
+        if not isinstance(tensor, torch.Tensor) or self.in_kernel_body():
+            return None
+        if func is torch.Tensor.__contains__ and len(args) == 2:
+            if not isinstance(args[1], (torch.Tensor, int, float, bool)):
+                return None
+            element = self._fake(args[1]) if isinstance(args[1], torch.Tensor) else args[1]
+            tensor = (element == self._fake(tensor)).any()  # what Tensor.__contains__ reads
+        elif func is not torch.Tensor.__bool__ and not (func is torch.Tensor.item and tensor.dtype is torch.bool):
+            return None
+        return self.truths.answer(self._fake(tensor), where)
+
     def _note_results(self, result: object) -> None:
         proxy_mode = get_proxy_mode()
         if proxy_mode is None:
@@ -314,8 +336,12 @@ class _TracingMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in _VALUE_READS:
             where = user_location(traceback.extract_stack()[:-1])
+            truth = self._truth(func, args, where)
+            if truth is not None:
+                return truth
+            why = f" (a truth, but {self.truths.refusal})" if self.truths.refusal else ""
             raise exc.UnsupportedConstruct(
-                f"{_VALUE_READS[func]} reads a tensor's value in Python: data-dependent control flow or "
+                f"{_VALUE_READS[func]} reads a tensor's value in Python{why}: data-dependent control flow or "
                 f"values cannot be compiled\n  at {where}\n  Keep the computation in tensors (torch.where, "
                 "masking) or move it out of the jitted function."
             )
@@ -601,11 +627,20 @@ def _trace_once(
                 StateWrite(path, name, flatten_output(value, graph_outputs, placeholders, traced, facts.leaves, objects))
                 for path, name, value in state.assigned()
             )
+        # The tensors whose truth was read, as outputs until split_value_programs takes them out: the passes below
+        # update their nodes like any use.
+        graph_outputs.extend(read.fake for read in truths.reads)
         return graph_outputs
 
     from .triton_launches import intercept_triton_launches  # imports triton: only when tracing
 
-    mode = _TracingMode(fake_mode)
+    truths = TruthReads([facts.leaves[i].value for i in traced], {})
+    mode = _TracingMode(fake_mode, truths, lambda: bool(see_through_holder) and see_through_holder[-1].in_body())
+    truths.real_of = mode.real_of
+
+    def is_ours(value: object) -> bool:
+        return isinstance(value, FakeTensor) and value.fake_mode is fake_mode
+
     # Traced with inference mode off: under it, make_fx's Python dispatcher picks torch's Python decompositions
     # of composite ops (matmul folds differently from eager's C++ matmul); no_grad keeps autograd out as well.
     # A lazy GraphModule generates its Python code when it is first read or called, not at each recompile():
@@ -613,8 +648,9 @@ def _trace_once(
     # of a 28-layer model's graph took 0.2 s each time).
     with registered_during_capture() as registrations, _translate_capture_errors(), _quiet_meta_functions(), \
             torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), symbolic_math(), \
-            watch_float_folds() as folded, fake_mode, mode, _use_lazy_graph_module(True):
+            watch_float_folds() as folded, library_branches(is_ours), fake_mode, mode, _use_lazy_graph_module(True):
         gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    truths.release()  # the compiling call's tensors: a specialization must not keep them alive
     see_through_holder[0].check()  # a refusal the function itself caught still retries
     registrations.settle(see_through_holder[0].report)
     remember_constant_computations(gm, mode.real_of, mode.produced)
@@ -623,8 +659,9 @@ def _trace_once(
     _int_to_float_nodes(gm)
     constants, fake_constants, created = _lift_constants(gm, fake_mode, mode.real_of)
     derived = fold_constant_views(gm, len(traced), constants, fake_constants)
+    value_programs = split_value_programs(gm, truths.reads)
     trace = Trace(gm, traced, constants, fakes, fake_constants, shape_env, output_holder[0], created, derived,
-                  see_through_holder[0].report, tuple(writes_holder))
+                  see_through_holder[0].report, tuple(writes_holder), value_programs)
     return trace, pinned
 
 

@@ -108,6 +108,21 @@ void trident::set_tensor_types(PyTypeObject* tensor, PyTypeObject* parameter) {
 
 extern "C" {
 
+TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result) {
+  int32_t truth = -1;
+  if (status == TRIDENT_OK && result != nullptr && THPVariable_Check(result)) {
+    try {
+      const at::Tensor& t = THPVariable_Unpack(result);
+      if (t.defined() && t.numel() == 1) truth = t.is_nonzero() ? 1 : 0;  // a CUDA tensor's read syncs, as eager's
+    } catch (...) {
+      truth = -1;
+    }
+  }
+  Py_XDECREF(result);
+  if (truth < 0) PyErr_Clear();
+  return truth;
+}
+
 TRIDENT_API int32_t trident_read_tensor(PyObject* obj, TridentTensorMeta* out) {
   // Runs for every tensor argument of every call (guards and the entry's structural key): keep it lean.
   PyTypeObject* const type = Py_TYPE(obj);

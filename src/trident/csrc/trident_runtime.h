@@ -228,6 +228,11 @@ TRIDENT_API int64_t trident_tensor_stride(AtenTensorHandle t, int64_t dim);
 TRIDENT_API int64_t trident_tensor_storage_offset(AtenTensorHandle t);
 /* The address of its first element (0 without storage), as a kernel gets it. */
 TRIDENT_API int64_t trident_tensor_data_address(AtenTensorHandle t);
+/* The truth of what a value program returned (a tensor the traced function read in Python, guards/values.py
+ * ValueGuard): 1 or 0; -1 when the program failed (`status` is not TRIDENT_OK) or `result` is not a one-element
+ * tensor. Takes over the reference `result` holds (NULL allowed). Never raises: the program's error, if any, is
+ * cleared, since a failure is a miss and the call that misses runs eagerly and meets it there. */
+TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result);
 
 /* ---------------------------------------------------------------------------------------------------
  * Calling ATen operators through the dispatcher (boxed).

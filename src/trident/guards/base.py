@@ -96,12 +96,14 @@ class NativeCheck:
     matter of safety: a leaf is read only after what it is read through was checked."""
 
     def __init__(
-        self, fb: FunctionBuilder, access: LeafAccess, pool: ConstantPool, identity_objects: Sequence[object]
+        self, fb: FunctionBuilder, access: LeafAccess, pool: ConstantPool, identity_objects: Sequence[object],
+        value_programs: Sequence[str] = (),
     ) -> None:
         self.fb = fb
         self.access = access
         self.pool = pool
         self.identity_objects = identity_objects
+        self.value_programs = value_programs  # the symbols of the specialization's value programs (ValueGuard)
         self.metas: dict[LeafKey, str] = {}  # a tensor leaf's meta, filled by its TensorGuard
         self.arrays: dict[tuple[str, int], str] = {}  # (meta, sizes/strides field) -> the loaded array pointer
         self.env: dict[sympy.Symbol, str] = {}  # int symbols -> i64

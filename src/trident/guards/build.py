@@ -20,7 +20,7 @@ from .int64_ranges import int64_range_guards
 from .module_state import bypass_guards, module_state_guards, see_through_guards
 from .symbols import PropertyGuard, RelationGuard, SymbolBinding
 from .tensors import DerivedConstantGuard, TensorGuard
-from .values import IdentityGuard, ScalarGuard, SequenceGuard
+from .values import IdentityGuard, ScalarGuard, SequenceGuard, ValueGuard
 
 
 def guard_set(
@@ -95,12 +95,16 @@ def guard_set(
             fixed.append(PropertyGuard(path, prop, dim, expr))
     relations = _shape_env_relations(trace, bound)
     relations += int64_range_guards(trace, bound, relations)
+    inputs = tuple(facts.leaves[i].path for i in trace.placeholder_leaves) + tuple(
+        LeafPath(-1, (i,), constant_labels.get(i, f"constant #{i}")) for i in range(len(trace.constants))
+    )
+    values = tuple(ValueGuard(program, inputs, k) for k, program in enumerate(trace.value_programs))
     return GuardSet(
         sequences=sequences, tensors=tuple(tensors), derived=tuple(derived), attributes=tuple(attributes),
         scalars=tuple(scalars), identities=tuple(identities), bindings=tuple(bindings), properties=tuple(fixed),
         relations=tuple(relations), global_state=global_state,
         function_modes=function_modes, identity_objects=tuple(identity_objects),
-        constant_labels=constant_labels,
+        constant_labels=constant_labels, values=values,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from .global_state import FunctionModesGuard, GlobalStateGuard
 from .module_state import AttributeGuard
 from .symbols import PropertyGuard, RelationGuard, SymbolBinding, explain_symbols
 from .tensors import DerivedConstantGuard, TensorGuard
-from .values import IdentityGuard, ScalarGuard, SequenceGuard
+from .values import IdentityGuard, ScalarGuard, SequenceGuard, ValueGuard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,7 @@ class GuardSet:
     # How explain and the disk cache name each tensor constant: its module path ("layers.0.attn.q_proj.weight")
     # where one is known, else "constant #i".
     constant_labels: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    values: tuple[ValueGuard, ...] = ()  # truths of tensors the function read in Python
 
     # The kinds in the order each form visits them (field names, or the splits below). Natively, what tells two
     # specializations of one structure apart before what they share: process-wide state; a sequence before its
@@ -42,15 +43,16 @@ class GuardSet:
     # call's own tensors and the sizes, strides and offsets they have as constants (a model's prefill
     # specialization rejects a decode step's call there, not after its ~150 weights and its module state); then
     # module state, the tensors the function closes over, symbols bound before the properties and relations that
-    # use them. A tensor's type and rank are checked before its layout is loaded. In Python, the order gives the
-    # most direct miss reason first.
+    # use them. A tensor's type and rank are checked before its layout is loaded. Last, the truths read from
+    # tensors: they compute on the device and read back, and their programs read the tensors checked before. In
+    # Python, the order gives the most direct miss reason first.
     NATIVE_ORDER = ("global_state", "function_modes", "sequences", "scalars", "identities", "argument_tensors",
                     "argument_constant_layouts", "attributes", "constant_tensors", "derived", "bindings",
-                    "other_properties", "relations")  # fmt: skip
+                    "other_properties", "relations", "values")  # fmt: skip
     CHECK_ORDER = ("sequences", "tensors", "derived", "attributes", "scalars", "identities", "bindings", "properties",
-                   "relations", "global_state", "function_modes")  # fmt: skip
+                   "relations", "global_state", "function_modes", "values")  # fmt: skip
     EXPLAIN_ORDER = ("sequences", "tensors", "scalars", "identities", "derived", "attributes", "bindings",
-                     "properties", "relations", "global_state", "function_modes")  # fmt: skip
+                     "properties", "relations", "global_state", "function_modes", "values")  # fmt: skip
 
     @property
     def argument_tensors(self) -> tuple[TensorGuard, ...]:
@@ -92,6 +94,7 @@ _KINDS: dict[str, type[Guard]] = {
     "sequences": SequenceGuard, "tensors": TensorGuard, "derived": DerivedConstantGuard, "attributes": AttributeGuard,
     "scalars": ScalarGuard, "identities": IdentityGuard, "bindings": SymbolBinding, "properties": PropertyGuard,
     "relations": RelationGuard, "global_state": GlobalStateGuard, "function_modes": FunctionModesGuard,
+    "values": ValueGuard,
 }  # fmt: skip
 # The parts NATIVE_ORDER visits a field in, each the field's guards that satisfy a test (together: all of them).
 SPLITS: dict[str, str] = {

@@ -1,5 +1,5 @@
-"""Guards on a call's non-tensor values: the structure of its tuples, lists, dicts and state objects, its scalars,
-and the objects it passes that are compared by identity."""
+"""Guards on a call's values: the structure of its tuples, lists, dicts and state objects, its scalars, the objects
+it passes that are compared by identity, and the truths of tensors the function read in Python."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from .. import abi
 from ..capture.inputs import LeafKind, LeafPath, SequenceFact, classify
-from ..ir.mlir_text import I64
+from ..capture.value_reads import ValueProgram, truth_of
+from ..ir.mlir_text import I32, I64, PTR, Extern
 from ..lowering import runtime_abi as native_abi
 from ..native_numbers import fits_int64, float_bits
 from .base import Explain, Guard, NativeCheck, PythonCheck
@@ -140,6 +141,38 @@ def address(native: NativeCheck, ptr: str) -> str:
     value = native.fb.fresh()
     native.fb.emit(f"{value} = llvm.ptrtoint {ptr} : !llvm.ptr to i64")
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueGuard(Guard):
+    """A tensor's truth that the function read in Python (`if mask.all():`, capture/value_reads.py): its value
+    program, run on this call's tensors, must give the truth the compiling call gave. It computes on the device
+    and reads the result back, as eager's read does, so these guards come last."""
+
+    program: ValueProgram
+    inputs: tuple[LeafPath, ...]  # the program's placeholders: the call's leaves, then constants (-1, (i,))
+    number: int  # its place among the specialization's value programs: NativeCheck.value_programs names its code
+
+    def describe(self) -> str:
+        return f"{self.program.where} -> {self.program.truth} (a truth read from the call's tensors)"
+
+    def check(self, call: PythonCheck) -> str | None:
+        try:
+            truth = truth_of(self.program, [call.value(path) for path in self.inputs])
+        except Exception as e:  # noqa: BLE001 - the native form misses on any failure too
+            return f"{self.program.where}: reading it failed ({type(e).__name__}: {e})"
+        if truth != self.program.truth:
+            return f"{self.program.where} -> {truth}, compiled for {self.program.truth}"
+        return None
+
+    def lower(self, native: NativeCheck) -> None:
+        fb = native.fb
+        result = fb.alloca(1, PTR, "value")
+        fb.store(fb.null(), PTR, result)
+        program = Extern(native.value_programs[self.number], (PTR, PTR, PTR), I32)
+        status = fb.call(program, [native.access.ctx, native.access.slots, result])
+        truth = fb.call(native_abi.VALUE_TRUTH, [status, fb.load(result, PTR)])  # type: ignore[list-item]
+        fb.check(fb.cmp("eq", truth, fb.const(int(self.program.truth), I32), I32))  # type: ignore[arg-type]
 
 
 def check_equal(native: NativeCheck, obj: str, expected: str) -> None:

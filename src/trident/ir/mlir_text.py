@@ -46,7 +46,10 @@ class ModuleBuilder:
 
     def text(self) -> str:
         lines = ["module {"]
-        lines += [e.declaration() for e in sorted(self.externs.values(), key=lambda e: e.name)]
+        # A function of this module called through an Extern (a guard calling a value program) is defined here.
+        defined = {f.partition("@")[2].partition("(")[0] for f in self.functions}
+        externs = [e for e in self.externs.values() if e.name not in defined]
+        lines += [e.declaration() for e in sorted(externs, key=lambda e: e.name)]
         for value, symbol in self.strings.items():
             data = value.encode() + b"\0"
             escaped = "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:02X}" for b in data)

@@ -6,6 +6,8 @@ around them: its arguments, the leaf reads they share, and the final "match".
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..capture.inputs import state_attribute_names
 from ..guards.base import NativeCheck
 from ..guards.guard_set import GuardSet
@@ -14,9 +16,12 @@ from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 
 
-def lower_guards(module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool) -> None:
+def lower_guards(
+    module: ModuleBuilder, name: str, guards: GuardSet, pool: ConstantPool, value_programs: Sequence[str] = ()
+) -> None:
+    """`value_programs`: the symbols of the value programs the guards run, already in `module`."""
     fb = FunctionBuilder(module, name, [("%ctx", PTR), ("%slots", PTR)], abi.GUARD_RESULT, fail_value=abi.GUARD_MISS)
     access = LeafAccess(fb, "%ctx", "%slots", pool, state_attribute_names(g.fact for g in guards.sequences))
-    guards.lower(NativeCheck(fb, access, pool, guards.identity_objects))
+    guards.lower(NativeCheck(fb, access, pool, guards.identity_objects, value_programs))
     fb.ret(fb.const(abi.GUARD_MATCH, I32))
     fb.finish()

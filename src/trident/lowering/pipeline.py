@@ -26,6 +26,7 @@ from .. import exc
 from ..artifact import Artifact, NoReplayPlan, ReplayPlan
 from ..backend.engine import NativeModule
 from ..capture.inputs import CallFacts, LeafKind, state_attribute_names
+from ..capture.results import OutputTree
 from ..capture.trace import Trace
 from ..guards.guard_set import GuardSet
 from ..ir.fx_import import MAIN, import_graph, new_context
@@ -86,11 +87,23 @@ def compile_specialization(
     plan: list[ReplayPlan | NoReplayPlan] = [NoReplayPlan("TRIDENT_REPLAY_PLAN=0 or TRIDENT_CUDA_GRAPHS=0", by_knob=True)]
     builder = ModuleBuilder()
 
+    value_modules = [
+        stage("import", lambda p=p: import_graph(p.graph_module.graph, context)[0], lambda p=p: p.graph_module.code)
+        for p in trace.value_programs
+    ]
+    value_symbols = [f"trident_value_{index}_{k}" for k in range(len(value_modules))]
+
     def lower() -> str:
-        lower_guards(builder, guard_symbol, guards, pool)
         main = _find_main(torch_module)  # type: ignore[arg-type]
         input_paths = [leaf.path for leaf in facts.leaves]
         state = state_attribute_names(facts.sequences)
+        # The value programs guards run (a tensor's truth the function read): host programs of one tensor result.
+        for symbol, module in zip(value_symbols, value_modules):
+            HostProgramLowering(
+                builder, symbol, _find_main(module), placeholder_sources(trace, facts), OutputTree("graph"),
+                input_paths, pool, ops, state=state,  # type: ignore[arg-type]
+            ).run()
+        lower_guards(builder, guard_symbol, guards, pool, value_symbols)
         host = HostProgramLowering(
             builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
             launches, pool_allocations=options.pool_allocations, private_views=options.private_views,

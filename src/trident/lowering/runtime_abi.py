@@ -57,6 +57,7 @@ TENSOR_SIZE = Extern("trident_tensor_size", (PTR, I64), I64)
 TENSOR_STRIDE = Extern("trident_tensor_stride", (PTR, I64), I64)
 TENSOR_STORAGE_OFFSET = Extern("trident_tensor_storage_offset", (PTR,), I64)
 TENSOR_DATA_ADDRESS = Extern("trident_tensor_data_address", (PTR,), I64)
+VALUE_TRUTH = Extern("trident_value_truth", (I32, PTR), I32)
 GRAPH_OUTPUT = Extern("trident_graph_output", (I64,), PTR)
 OP_CALL = Extern("trident_op_call", (PTR, PTR, I64, PTR, I64), I32)
 VIEW_CALL = Extern("trident_view_call", (PTR, PTR, I64, PTR, I64), I32)  # an operator that makes no graph step
