@@ -106,7 +106,7 @@ def _change_tensor(t: torch.Tensor, rng: random.Random) -> object:
         return nn.Parameter(t.detach().clone(), requires_grad=False)
     if change == "conj":
         return t.to(torch.complex64).conj()  # the conj bit set
-    if change == "neg":
+    if change == "neg" and t.dtype is not torch.bool:  # bool has no negation
         return torch._neg_view(t.detach())  # the same layout with the neg bit set (a conj's imag has one)
     if change == "subclass":
         return t.as_subclass(Subclass)
@@ -224,6 +224,14 @@ def closure_constants(x):  # type: ignore[no-untyped-def]
     """A tensor the function closes over (a context constant: its metadata is guarded, natively read from the
     context), compiled under a default device (a torch function mode, compared by device)."""
     return x @ W, torch.ones(2) + x.sum()
+
+
+def truth_reads(x, mask):  # type: ignore[no-untyped-def]
+    """Truths read from tensors (value programs the guard runs last): whether a mask has a True, and, when not,
+    the sign of a sum. A fuzzed dtype or size can make a program fail (a complex sum compared): both forms miss."""
+    if mask.any():
+        return x * 2
+    return x - 1 if x.sum() > 0 else x + 1
 
 
 def _constant_changes() -> list[tuple[str, Callable[[], Callable[[], None]]]]:
@@ -553,6 +561,11 @@ def _programs() -> list[Program]:
             lambda: [torch.ones(2, 3)],
             lambda: [torch.ones(5, 3)],
         ], _constant_changes(), under=lambda: torch.device("cpu")),
+        Program("truth_reads", trident.jit(truth_reads), [
+            lambda: [torch.ones(4), torch.tensor([True, False, True, False])],
+            lambda: [torch.ones(4), torch.zeros(4, dtype=torch.bool)],  # the second read: a positive sum
+            lambda: [-torch.ones(4), torch.zeros(4, dtype=torch.bool)],  # and a negative one
+        ]),
         Program("module", wrapped, [lambda: [wrapped, torch.zeros(2, 4)], lambda: [wrapped, torch.zeros(3, 4)]],
                 _model_changes(model), self_arg=wrapped),
     ]  # fmt: skip
