@@ -49,6 +49,8 @@ import triton.language as tl
 
 import trident  # before the library below registers its kernels: trident notes registrations from import on
 
+from benchmarks.machine_info import machine
+
 # ---------------------------------------------------------------------------------------------------------
 # The kernels
 
@@ -379,9 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         args.layers, args.hidden, args.intermediate = 2, 64, 128
     dtype = torch.bfloat16 if device.type == "cuda" and not args.tiny else torch.float32
-    from benchmarks.llm.run import machine_info
-
-    info = machine_info(device)
+    info = machine(device)
     print(json.dumps(info))
     model = Model(args.layers, args.hidden, args.intermediate, device, dtype)
     x = torch.randn(args.hidden, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)

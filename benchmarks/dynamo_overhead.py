@@ -25,7 +25,8 @@ import triton.language as tl
 import trident
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_overhead_cpu import machine, time_per_call  # noqa: E402 -- a sibling script
+from host_overhead_cpu import time_per_call  # noqa: E402 -- a sibling script
+from machine_info import machine  # noqa: E402 -- a sibling script
 
 
 @triton.jit
@@ -99,10 +100,7 @@ def main() -> None:
     graphs = trident.dynamo.compiled_graphs()
     native = all(g.eager_calls == 0 and g.specializations for g in graphs) and jitted._trident.eager_calls == 0
 
-    info = machine()
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-        info["cuda"] = str(torch.version.cuda)
+    info = machine(device)
     print(f"machine: {info['cpu']} ({info['threads']} threads){', ' + info['gpu'] if 'gpu' in info else ''}; "
           f"Python {info['python']}, torch {info['torch']}, Triton {info['triton']}, trident {info['trident']}")
     print(f"device {device.type}; every Trident call native: {native}")

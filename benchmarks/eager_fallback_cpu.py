@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -26,6 +26,11 @@ import torch
 import trident
 from trident.fallback import EagerFallbacks
 from trident.testing import expect_fallback
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 
 def program(x: torch.Tensor, a: np.ndarray) -> torch.Tensor:
@@ -70,15 +75,11 @@ def main() -> None:
     print(f"{'path':32s} {'us/call':>10s} {'x eager':>8s}")
     for name, us in results.items():
         print(f"{name:32s} {us:10.1f} {us / results['eager']:8.2f}")
-    machine = {
-        "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "torch": torch.__version__, "numpy": np.__version__, "trident": getattr(trident, "__version__", "?"),
-        "load_average": os.getloadavg(),
-    }  # fmt: skip
+    info = {**machine(), "numpy": np.__version__, "load_average": os.getloadavg()}
     if args.json is not None:
         eager_calls = [remembered._trident.eager_calls, state.eager_calls]  # type: ignore[attr-defined]
         data = {"us_per_call": results, "guard_sets_remembered": len(captures), "eager_calls": eager_calls,
-                "machine": machine}
+                "machine": info}
         args.json.write_text(json.dumps(data, indent=2))
 
 

@@ -22,10 +22,7 @@ phase is a least-squares fit over the layer counts. Writes JSON with the machine
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,6 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2"}
 PHASES = ("prefill", "decode", "generate", "generate static")
@@ -107,22 +109,6 @@ def slope(points: list[tuple[int, float]]) -> dict[str, float] | None:
     mean_s = statistics.fmean(s for _, s in points)
     per_layer = sum((n - mean_n) * (s - mean_s) for n, s in points) / sum((n - mean_n) ** 2 for n, _ in points)
     return {"per_layer": per_layer, "fixed": mean_s - per_layer * mean_n}
-
-
-def machine() -> dict[str, Any]:
-    import transformers
-    import triton
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "triton": triton.__version__}
 
 
 def table(results: list[dict[str, Any]]) -> str:

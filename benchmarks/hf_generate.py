@@ -22,9 +22,7 @@ warm-up generate (which compiles). Prints a table and writes JSON with the machi
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import statistics
 import sys
 import time
@@ -33,6 +31,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -218,18 +221,6 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                 cells.append(cell)
                 print(json.dumps(cell), flush=True)
     return cells
-
-
-def machine(device: torch.device) -> dict[str, Any]:
-    import transformers
-    import triton
-
-    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "transformers": transformers.__version__, "cpu_count": __import__("os").cpu_count()}
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
 
 
 def table(cells: list[dict[str, Any]]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.hf_compile_time import machine  # noqa: E402  (names the CPU model)
+from benchmarks.machine_info import machine  # noqa: E402
 
 
 def measure(layers: int, repeat: int) -> list[dict[str, Any]]:

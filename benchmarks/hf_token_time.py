@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.hf_generate import build_model, machine, timed  # noqa: E402
+from benchmarks.hf_generate import build_model, timed  # noqa: E402
+from benchmarks.machine_info import machine  # noqa: E402
 
 ROOM = 256  # decode steps the forward loops below may take beyond a generate
 

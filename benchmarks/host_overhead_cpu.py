@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,11 @@ from pathlib import Path
 import torch
 
 import trident
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 
 def chain(n_ops: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -81,41 +85,6 @@ def time_per_call(fn: Callable[[], object], repeat: int, rounds: int = 7,
         samples.append((time.perf_counter() - start) / repeat * 1e6)
     samples.sort()
     return statistics.median(samples), samples[-1] - samples[0]
-
-
-def cpu_model() -> str:
-    """The CPU's model name (for benchmark results), or the platform's machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict[str, str]:
-    cpu = cpu_model()
-    import torch_mlir  # noqa: F401
-
-    return {
-        "cpu": cpu,
-        "threads": str(torch.get_num_threads()),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_mlir": _version("torch-mlir"),
-        "triton": _version("triton"),
-        "trident": trident.__version__,
-    }
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unpacked (no metadata)"
 
 
 def main() -> None:
@@ -178,7 +147,7 @@ def main() -> None:
 
     info = machine()
     print(f"machine: {info['cpu']} ({info['threads']} threads); Python {info['python']}, torch {info['torch']}, "
-          f"torch-mlir {info['torch_mlir']}, trident {info['trident']}")
+          f"torch-mlir {info['torch-mlir']}, trident {info['trident']}")
     header = (f"{'program':<10} {'eager µs':>9} {'compile µs':>11} {'C++ floor µs':>13} {'trident µs':>11} "
               f"{'vs eager':>9} {'vs compile':>11} {'vs floor':>9}")
     print(header)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,11 @@ import triton
 import triton.language as tl
 
 import trident
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 
 @triton.jit
@@ -202,13 +206,7 @@ def main() -> None:
         print("\n" + trident.explain(jitted_into) + "\n" + trident.explain(jitted10) + "\n")
 
     floor = results["cuLaunchKernel C loop (floor)"]
-    info = {
-        "gpu": torch.cuda.get_device_name(),
-        "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True).stdout.strip(),
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-        "trident": trident.__version__,
-    }
+    info = machine("cuda")
     print(f"machine: {info['gpu']}, driver {info['driver']}; torch {info['torch']}, Triton {info['triton']}, "
           f"Python {info['python']}")
     print(f"{'system':<36} {'µs/call':>9} {'x floor':>8}")

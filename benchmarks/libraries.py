@@ -42,13 +42,11 @@ import contextlib
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +59,8 @@ os.environ.setdefault("TRIDENT_DISK_CACHE", "0")  # cold compiles, counted
 import torch
 import triton
 import triton.language as tl
+
+from benchmarks.machine_info import dist_version, machine
 
 Step = Callable[..., Any]
 
@@ -401,24 +401,6 @@ def flag_gems_reference(device: str, dtype: torch.dtype, inputs: list[tuple[Any,
 # ---------------------------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "triton": triton.__version__, "cpu": platform.processor() or platform.machine()}
-    for dist in ("trident", "transformers"):
-        info[dist] = dist_version(dist)
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-        info["cuda"] = torch.version.cuda
-    return info
-
-
-def dist_version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results_dir", type=Path)
@@ -433,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (5 if device == "cuda" else 1)
     if device == "cpu":
         patch_interpreter_gaps()
-    info = machine()
+    info = machine(device)
     print(f"versions: {json.dumps(info)}")
     selected = [c for c in CASES if args.only is None or c.name in args.only.split(",")]
     rows: list[dict[str, Any]] = []

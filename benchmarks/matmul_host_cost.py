@@ -21,13 +21,17 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 SOURCE = r"""
 #include <ATen/ATen.h>
@@ -157,16 +161,15 @@ def main() -> None:
                 row[name] = lib.host_us(which, args.calls, m, k, n, ctypes.byref(equal))
                 row[name + " equal"] = bool(equal.value)
             rows.append(row)
-    machine = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-               "python": platform.python_version(), "blas": str(torch.backends.cuda.preferred_blas_library())}
-    print(f"host µs per call, {machine}")
+    info = {**machine("cuda"), "blas": str(torch.backends.cuda.preferred_blas_library())}
+    print(f"host µs per call, {info}")
     print(f"{'[m, k, n]':<18}" + "".join(f"{name:>18}" for name in VARIANTS))
     for row in rows:
         cells = "".join(f"{row[name]:>11.2f} {'same' if row[name + ' equal'] else 'DIFF':>6}" if row[name] >= 0
                         else f"{'no algorithm':>18}" for name in VARIANTS)
         print(f"{str(row['shape']):<18}{cells}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "calls": args.calls, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"machine": info, "calls": args.calls, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -17,14 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 
 def per_call_ns(
@@ -101,11 +106,7 @@ def main() -> None:
     for name, (median, low, high) in results.items():
         print(f"{name:16} {median:10.0f} {low:8.0f} {high:8.0f} {median - base:+15.0f} {low - base_min:+12.0f}")
     if args.json:
-        meta = {
-            "python": sys.version.split()[0], "torch": torch.__version__, "trident": trident.__version__,
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "load_average": os.getloadavg()[0], "calls": args.calls, "rounds": args.rounds,
-        }  # fmt: skip
+        meta = {**machine(), "load_average": os.getloadavg()[0], "calls": args.calls, "rounds": args.rounds}
         per_call = {name: dict(zip(("median", "min", "max"), values)) for name, values in results.items()}
         with open(args.json, "w") as out:
             json.dump({"meta": meta, "ns_per_call": per_call}, out, indent=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +21,11 @@ import torch
 
 import trident
 from trident.knobs import override
+
+if __package__ in (None, ""):  # run as a file: `benchmarks.*` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine_info import machine
 
 PAIRS = 40  # slice + view pairs: 80 views per call
 
@@ -62,15 +67,14 @@ def main() -> None:
                    for name, fn in (("below autograd", below), ("through autograd", through), ("eager", program))}
         torch.testing.assert_close(below(x), program(x))
         torch.testing.assert_close(through(x), program(x))
-    machine = {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-               "python": platform.python_version(), "torch": torch.__version__}
+    info = machine()
     saving_ns = (results["through autograd"] - results["below autograd"]) / (2 * PAIRS) * 1e3
-    print(f"{2 * PAIRS} views of an intermediate per call, µs per call (best of {args.rounds} x {args.calls}), {machine}")
+    print(f"{2 * PAIRS} views of an intermediate per call, µs per call (best of {args.rounds} x {args.calls}), {info}")
     for name, us in results.items():
         print(f"  {name:<18} {us:8.1f}   {results['through autograd'] / us:5.2f}x vs through autograd")
     print(f"  saving per view: {saving_ns:.0f} ns")
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "views": 2 * PAIRS, "us_per_call": results,
+        args.json.write_text(json.dumps({"machine": info, "views": 2 * PAIRS, "us_per_call": results,
                                          "saving_ns_per_view": saving_ns}, indent=1))
 
 

@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a file: trident from the tree, `benchmarks.llm` from the repository root
     sys.path.insert(0, str(ROOT / "src"))
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine_info import dist_version, machine
 
 SYSTEMS = ("eager", "trident_graphs", "trident_direct", "hand_graph")
 LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
@@ -332,25 +333,6 @@ def run_second_process(args: argparse.Namespace) -> None:
 # Report
 
 
-def machine() -> dict[str, Any]:
-    import transformers
-    import triton
-
-    import gemlite
-    import trident
-
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "cpu": cpu, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "transformers": transformers.__version__, "gemlite": gemlite.__version__,
-            "trident": trident.__version__, "date": time.strftime("%Y-%m-%d")}
-
-
 def table(cells: list[dict[str, Any]]) -> str:
     hand = next((statistics.median(c["ms_per_step"]) for c in cells if c["system"] == "hand_graph"
                  and "ms_per_step" in c), None)
@@ -403,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         run_second_process(args)
         return 0
 
-    info = machine()
+    info = machine("cuda")
+    info["gemlite"] = dist_version("gemlite")
     print(json.dumps(info), flush=True)
     model, quantized = build_model(args.layers)
     print(f"model: {args.layers} layers, {quantized} gemlite A16W8 layers ({OP} calls per step)", flush=True)

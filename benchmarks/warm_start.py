@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -240,18 +239,6 @@ def measure(name: str, repeat: int, work: Path) -> dict[str, object]:
     }  # fmt: skip
 
 
-def machine() -> dict[str, str]:
-    from trident.cache.versions import environment
-
-    from host_overhead_cpu import cpu_model  # a sibling script: benchmarks/ is on sys.path when run as a file
-
-    info = {"cpu": cpu_model(), "cores": str(os.cpu_count()), "python": platform.python_version()}
-    info.update({k: v.split(" at ")[0] for k, v in environment() if k in ("trident", "torch", "triton", "torch-mlir")})
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5, help="fresh processes per program and mode")
@@ -272,8 +259,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="trident-warm-start-") as work:
         for name in args.only or PROGRAMS:
             results[name] = measure(name, repeat, Path(work))
-    info = machine()
-    print(f"machine: {info['cpu']} ({info['cores']} cores); Python {info['python']}, torch {info['torch']}, "
+    # A sibling script (benchmarks/ is on sys.path when run as a file), imported here rather than at the top so
+    # that the --child samples, which time their imports, import nothing more.
+    from machine_info import machine
+
+    info = machine("cuda" if torch.cuda.is_available() else None)
+    print(f"machine: {info['cpu']} ({info['cpu_count']} cores); Python {info['python']}, torch {info['torch']}, "
           f"Triton {info['triton']}, torch-mlir {info['torch-mlir']}, trident {info['trident']}")
     header = (f"{'program':<12} {'ATen calls':>10} {'cold ms':>9} {'warm ms':>9} {'cold/warm':>10} {'eager ms':>9} "
               f"{'warm/eager':>11} {'lookup+load ms':>15} {'of it binaries':>15} {'import ms':>10}")

@@ -38,7 +38,7 @@ import trident
 from trident.testing import triton_launch_sites
 
 from benchmarks.llm.models import build_model
-from benchmarks.llm.run import machine_info
+from benchmarks.machine_info import machine
 
 WARMUP = 8  # compiles (position 0, then dynamic), autotuning, every Triton variant of the int position
 HOST_STEPS = (1, 2)  # few enough that the launch queue (~1000 launches) never fills while the GPU sleeps
@@ -227,7 +227,7 @@ def main() -> None:
     kinds = [k for k in args.pos_kind.split(",") if k]
     needed = WARMUP + 3 * args.steps + HOST_REPEATS * (sum(HOST_STEPS) + HOST_STEPS[-1])
     model = build_model(args.model, args.device, dtype, tiny=args.tiny, max_seq=-(-needed // 64) * 64)
-    info = machine_info(torch.device(args.device))
+    info = machine(torch.device(args.device))
     print(f"{args.model} batch {args.batch} on {args.device}{' with CUDA graph replay' if args.graphs else ''}: "
           f"{json.dumps(info)}")
     results = []

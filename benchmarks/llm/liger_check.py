@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import sys
 import time
 import traceback
@@ -63,6 +62,8 @@ if __package__ in (None, ""):
 os.environ.setdefault("TRIDENT_DISK_CACHE", "0")  # a cold first compile, as in run.py
 
 import torch
+
+from benchmarks.machine_info import dist_version, machine
 
 SIZES = {  # LlamaConfig fields; 1b is Llama-3.2-1B's shape
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -230,23 +231,6 @@ def check_level(plain: Any, liger: Any, level: str, args: argparse.Namespace, de
     return report
 
 
-def versions() -> dict[str, Any]:
-    from importlib.metadata import version
-
-    import triton
-
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "triton": triton.__version__}
-    for dist in ("transformers", "liger-kernel", "trident"):
-        try:
-            info[dist] = version(dist)
-        except Exception:  # noqa: BLE001
-            info[dist] = None
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -269,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(f"missing package: {e}; carry the wheels listed in this script's docstring", file=sys.stderr)
         return 2
-    info = versions()
+    info = {**machine(device), "liger-kernel": dist_version("liger-kernel")}
     print(f"versions: {json.dumps(info)}")
     plain, liger, config = build_models(args.size, device, dtype, args.max_len, args.liger)
     print(f"model: LlamaForCausalLM {args.size} ({sum(t.numel() for t in plain.parameters()) / 1e6:.1f} M "

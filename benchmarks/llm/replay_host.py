@@ -34,7 +34,7 @@ import trident
 from benchmarks.llm.hand_graph import capture_by_hand
 from benchmarks.llm.host_profile import recordings, timed_phases
 from benchmarks.llm.models import build_model
-from benchmarks.llm.run import machine_info
+from benchmarks.machine_info import machine
 
 STEPS = 16  # per GPU sleep: few enough that the launch queue never fills
 SLEEP_CYCLES = 60_000_000  # ~30 ms at the H200's clock: longer than 16 steps' host time
@@ -115,7 +115,7 @@ def main() -> None:
         "replayed": sum(r.counts["replays"] for r in recordings(step)) - replays,
         "plans": [r.plan for r in recordings(step)],  # the replay plans' states (None: replays run the program)
         "recordings": [r.counts for r in recordings(step)],  # replays, divergences, patched nodes of each
-        "machine": machine_info(torch.device("cuda")),
+        "machine": machine(torch.device("cuda")),
     }  # fmt: skip
     if args.phases:
         phases = timed_phases(recordings(step))[1]

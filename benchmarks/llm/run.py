@@ -53,14 +53,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import gc
 import json
 import logging
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -85,6 +82,7 @@ from benchmarks.llm import aten_ops
 from benchmarks.llm.hand_graph import capture_by_hand
 from benchmarks.llm.models import OP_SETS, Caches, Decoder, build_model
 from benchmarks.llm.report import SYSTEMS, Results, finish, fmt
+from benchmarks.machine_info import machine
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_ORDER = ("eager", "cuda_graph", "trident", "trident_graphs", "compile_trident", "compile", "compile_cpp",
@@ -456,32 +454,6 @@ def run_system(work: Workload, system: str, expected: Checks | None,
     return result, checks
 
 
-def machine_info(device: torch.device) -> dict[str, Any]:
-    import triton
-
-    info: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-        "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-    }
-    for dist in ("trident", "torch-mlir"):
-        try:
-            from importlib.metadata import version
-
-            info[dist] = version(dist)
-        except Exception:  # noqa: BLE001 - run from a source tree
-            info[dist] = None
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
-            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError, IndexError):
-            info["driver"] = None
-    return info
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Main
 
@@ -535,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-4
     schedule = Schedule(args.warmup, args.steps, args.rounds)
     start = time.monotonic()
-    run_info = {"argv": sys.argv[1:] if argv is None else argv, "machine": machine_info(device),
+    run_info = {"argv": sys.argv[1:] if argv is None else argv, "machine": machine(device),
                 "schedule": dataclasses.asdict(schedule), "dtype": str(dtype),
                 "env": {k: v for k, v in os.environ.items() if k.startswith(("TRIDENT_", "TORCHINDUCTOR_", "TRITON_"))}}
     results = Results(args.out, [run_info])
