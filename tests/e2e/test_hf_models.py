@@ -290,7 +290,7 @@ def _sdpa_with_mask(torch_ir: str) -> list[bool]:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma", "gpt2"])
 def test_prefill_reads_the_attention_mask_as_eager_does(family: str, device: str) -> None:
     """generate()'s prefill passes an all-ones attention_mask. Eager reads it (masking_utils' fast_all), drops it
     and calls SDPA with is_causal=True; so does the compiled prefill, guarded on the mask's truth (on a GPU the
