@@ -78,6 +78,27 @@ def test_python_check_agrees_with_the_native_guard() -> None:
     assert why is not None and "-> False, compiled for True" in why, why
 
 
+def test_a_read_that_fails_misses_and_raises_as_eager() -> None:
+    """A value program that raises (an index out of range) is a miss, not an error of the guard: the call runs
+    eagerly and raises eager's error; the specialization still serves good calls natively."""
+
+    def pick(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x[idx].all() else x
+
+    f = trident.jit(pick)
+    x, good, bad = torch.ones(4), torch.tensor([1, 2]), torch.tensor([1, 9])
+    with torch.no_grad():
+        assert torch.equal(f(x, good), x * 2)
+        spec = jit_state(f).specializations[0]
+        why = first_failure(spec.guards, (x, bad), spec.trace_constants)
+        assert why is not None and "reading it failed (IndexError" in why, why
+        with expect_fallback("IndexError"), pytest.raises(IndexError):
+            f(x, bad)
+        assert torch.equal(f(x, good), x * 2)
+    state = jit_state(f)
+    assert state.entry.hits() == [2] and len(state.specializations) == 1
+
+
 def test_a_closed_over_tensor_written_between_calls_is_read_again() -> None:
     enabled = torch.tensor(True)
 
