@@ -163,3 +163,26 @@ def test_reads_a_guard_cannot_hold_still_run_eagerly(read: object, reason: str) 
     with torch.no_grad(), expect_fallback(reason):
         assert torch.equal(f(x), read(x))  # type: ignore[operator]
     assert jit_state(f).specializations == []
+
+
+def test_transformers_counts_only_other_fakes_as_tracing_and_only_during_captures() -> None:
+    """library_branches: while captures run (nested, or in two threads ending in any order), transformers'
+    is_fake_tensor does not count their own fakes; any other FakeTensor still counts; after the last, its own."""
+    pytest.importorskip("transformers")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import transformers.utils.import_utils as hf_imports
+    from trident.capture.value_reads import library_branches
+
+    original = hf_imports.is_fake_tensor
+    first, second, third = (FakeTensorMode().from_tensor(torch.zeros(1)) for _ in range(3))
+    a, b = library_branches(lambda t: t is first), library_branches(lambda t: t is second)
+    a.__enter__()
+    assert not hf_imports.is_fake_tensor(first) and hf_imports.is_fake_tensor(second)
+    b.__enter__()
+    assert not hf_imports.is_fake_tensor(first) and not hf_imports.is_fake_tensor(second)
+    a.__exit__(None, None, None)  # the first capture ends while the second still runs
+    assert hf_imports.is_fake_tensor(first) and not hf_imports.is_fake_tensor(second)
+    assert hf_imports.is_fake_tensor(third) and not hf_imports.is_fake_tensor(torch.zeros(1))
+    b.__exit__(None, None, None)
+    assert hf_imports.is_fake_tensor is original

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -202,6 +203,13 @@ def truth_of(program: ValueProgram, inputs: Sequence[object]) -> bool:
 # Libraries that skip a read while tracing
 
 
+# The captures in progress, in any thread (each one's test of its own fakes), while transformers' is_fake_tensor is
+# replaced; the original comes back when the last one ends. Two functions may capture at once in two threads.
+_capturing: list[Callable[[object], bool]] = []
+_replaced: dict[str, Callable[[object], bool]] = {}  # "is_fake_tensor" -> transformers' own, while replaced
+_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def library_branches(is_ours: Callable[[object], bool]) -> Iterator[None]:
     """Libraries that skip a value read while a tracer runs, for the capture's fakes: take eager's branch.
@@ -211,18 +219,22 @@ def library_branches(is_ours: Callable[[object], bool]) -> Iterator[None]:
     the read (above), so its capture takes the branch eager takes; `is_ours`: whether a tensor is a fake of this
     capture (another FakeTensor, or a tensor under torch.compile, still counts as tracing)."""
     module = sys.modules.get("transformers.utils.import_utils")
-    original = getattr(module, "is_fake_tensor", None)
-    if module is None or original is None:
+    if module is None or not callable(getattr(module, "is_fake_tensor", None)):
         yield
         return
+    with _lock:
+        if not _capturing:
+            original = _replaced["is_fake_tensor"] = module.is_fake_tensor
 
-    def is_fake_tensor(x: object) -> bool:
-        return original(x) and not is_ours(x)
+            def is_fake_tensor(x: object) -> bool:
+                return original(x) and not any(ours(x) for ours in tuple(_capturing))
 
-    module.is_fake_tensor = is_fake_tensor  # type: ignore[attr-defined]
+            module.is_fake_tensor = is_fake_tensor
+        _capturing.append(is_ours)
     try:
         yield
     finally:
-        module.is_fake_tensor = original  # type: ignore[attr-defined]
-
-
+        with _lock:
+            _capturing.remove(is_ours)
+            if not _capturing:
+                module.is_fake_tensor = _replaced.pop("is_fake_tensor")
