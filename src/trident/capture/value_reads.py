@@ -36,10 +36,9 @@ _PURE_SYM_FUNCTIONS = frozenset({torch.sym_float, torch.sym_int, torch.sym_max, 
 
 @dataclasses.dataclass(frozen=True)
 class TruthRead:
-    """One read the trace answered: the tensor's node (kept alive as an extra graph output until
-    split_value_programs) and the truth the compiling call's tensors gave."""
+    """One read the trace answered: the tensor read (an extra graph output until split_value_programs), the truth
+    the compiling call's tensors gave, and the user's line."""
 
-    node: torch.fx.Node
     fake: torch.Tensor
     truth: bool
     where: str
@@ -63,7 +62,7 @@ class TruthReads:
         self.real_inputs = real_inputs
         self.real_of = real_of
         self.reads: list[TruthRead] = []
-        self.refusal = ""  # why the last read refused could not be guarded
+        self.refusal = ""  # why the last read could not be guarded, if it was one of a truth
 
     def release(self) -> None:
         """Drop the real tensors, once the trace is done."""
@@ -96,7 +95,7 @@ class TruthReads:
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             return None
         truth = bool(value)
-        self.reads.append(TruthRead(node, fake, truth, where))
+        self.reads.append(TruthRead(fake, truth, where))
         return truth
 
     def _evaluate(self, node: torch.fx.Node, nodes: set[torch.fx.Node], root: torch.nn.Module) -> object:
