@@ -1,18 +1,17 @@
 """Which allocations of a host program go through the specialization's BufferPool, and the calls for them.
 
-`empty`, `empty_like` and `empty_strided` (what Triton-calling code allocates its kernels' outputs with) are
-lowered to trident_pool_empty / trident_pool_empty_like with a site index each: the runtime hands out the
-buffer that site made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp
-says when). `mm` and `addmm` (F.linear; beta = alpha = 1) are lowered to trident_pool_matmul, which computes
-into a pooled result with ATen's out= variant, on CUDA by calling its CUDA kernel directly when the dispatcher
-would end there (the same kernels and bits as the functional op). That passes a Python kernel registered for the
-functional op by, so an op that has one is not pooled, and a pooled one guards that none is registered later
-(guards/module_state.py, bypass_guards). Only the plain forms are pooled, decided
-from the op's literal arguments: a dtype given (or, for empty_like, taken from the input), strided layout, no
-pinned memory, the contiguous (empty) or preserve (empty_like) memory format, a device given with its index. A result the function returns is not pooled:
-the caller keeps it, so the site could never reuse it and would only keep the memory alive (followed
-through views and in-place results; what this misses — a custom op keeping its input — the runtime's
-reference counts still catch).
+`empty`, `empty_like` and `empty_strided` (what Triton-calling code allocates its kernels' outputs with) are lowered
+to trident_pool_empty / trident_pool_empty_like with a site index each: the runtime hands out the buffer that site
+made in an earlier call when that is as safe as a fresh allocation (csrc/buffer_pool.cpp says when). `mm` and
+`addmm` (F.linear; beta = alpha = 1) are lowered to trident_pool_matmul, which computes into a pooled result with
+ATen's out= variant, on CUDA by calling its CUDA kernel directly when the dispatcher would end there (the same
+kernels and bits as the functional op). That passes a Python kernel registered for the functional op by, so an op
+that has one is not pooled, and a pooled one guards that none is registered later (guards/module_state.py,
+bypass_guards). Only the plain forms are pooled, decided from the op's literal arguments: a dtype given (or, for
+empty_like, taken from the input), strided layout, no pinned memory, the contiguous (empty) or preserve (empty_like)
+memory format, a device given with its index. A result the function returns is not pooled: the caller keeps it, so
+the site could never reuse it and would only keep the memory alive (followed through views and in-place results;
+what this misses — a custom op keeping its input — the runtime's reference counts still catch).
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import torch
 from torch_mlir import ir
 
 from .. import abi
-from ..capture.python_kernels import KernelVersions
+from ..capture.python_kernels import POOLED_MATMULS, KernelVersions
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
 from .aliasing import escapes
 
@@ -91,7 +90,8 @@ def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, s
     if op.name not in _ALLOCATING or escapes(op.results[0], aten_name):
         return None
     args = [literal(v) for v in op.operands]
-    if op.name in ("torch.aten.mm", "torch.aten.addmm") and _overridden(aten_name(op)[0]):
+    name = aten_name(op)[0]
+    if name in POOLED_MATMULS and _overridden(name):
         return None  # a Python kernel registered for it (kept opaque): the dispatcher must reach it, as in eager
     if op.name == "torch.aten.mm":
         return "matmul"
