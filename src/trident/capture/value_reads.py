@@ -174,8 +174,9 @@ def split_value_programs(gm: torch.fx.GraphModule, reads: Sequence[TruthRead]) -
         for node, read in zip(read_nodes, reads)
     )
     # What only the reads used: the slices are pure, so dropping what no one reads now changes nothing.
+    sliced = set().union(*map(_slice, read_nodes))
     for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and not node.users and _pure(node, slice_node=True):
+        if node in sliced and node.op == "call_function" and not node.users:
             graph.erase_node(node)
     gm.recompile()
     return programs

@@ -65,22 +65,23 @@ def guard_set(
         else:
             scalars.append(ScalarGuard(leaf.path, leaf.kind, leaf.value))
 
+    # Where each constant is read from (guard paths (-1, (i,))), named as explain shows it.
+    constant_paths = [LeafPath(-1, (i,), f"{constant_labels.get(i, f'constant #{i}')} {tuple(c.shape)}")
+                      for i, c in enumerate(trace.constants)]
     for i, (constant, fake) in enumerate(zip(trace.constants, trace.fake_constants)):
         if i in trace.derived_constants:  # Trident's own view: only its base can change
             base = trace.derived_constants[i]
             distance = byte_distance(constant, trace.constants[base])
             derived.append(DerivedConstantGuard(i, base, distance, constant_labels.get(base, "")))
             continue
-        label = constant_labels.get(i, f"constant #{i}")
         fact = tensor_fact(constant)
         if fact is None:
             raise exc.UnsupportedArgument(
                 f"the function closes over a {type(constant).__name__} that is not a plain strided tensor"
                 + (f" ({names[id(constant)]})" if id(constant) in names else "")
             )
-        path = LeafPath(-1, (i,), f"{label} {tuple(constant.shape)}")
-        tensors.append(TensorGuard(path, fact))
-        tensor_properties(path, fake)
+        tensors.append(TensorGuard(constant_paths[i], fact))
+        tensor_properties(constant_paths[i], fake)
 
     bindings: list[SymbolBinding] = []
     fixed: list[PropertyGuard] = []
@@ -95,9 +96,7 @@ def guard_set(
             fixed.append(PropertyGuard(path, prop, dim, expr))
     relations = _shape_env_relations(trace, bound)
     relations += int64_range_guards(trace, bound, relations)
-    inputs = tuple(facts.leaves[i].path for i in trace.placeholder_leaves) + tuple(
-        LeafPath(-1, (i,), constant_labels.get(i, f"constant #{i}")) for i in range(len(trace.constants))
-    )
+    inputs = (*(facts.leaves[i].path for i in trace.placeholder_leaves), *constant_paths)  # the graph's placeholders
     values = tuple(ValueGuard(program, inputs, k) for k, program in enumerate(trace.value_programs))
     return GuardSet(
         sequences=sequences, tensors=tuple(tensors), derived=tuple(derived), attributes=tuple(attributes),

@@ -97,15 +97,16 @@ def compile_specialization(
         main = _find_main(torch_module)  # type: ignore[arg-type]
         input_paths = [leaf.path for leaf in facts.leaves]
         state = state_attribute_names(facts.sequences)
+        sources = placeholder_sources(trace, facts)  # the same placeholders in the host program and value programs
         # The value programs guards run (a tensor's truth the function read): host programs of one tensor result.
         for symbol, module in zip(value_symbols, value_modules):
             HostProgramLowering(
-                builder, symbol, _find_main(module), placeholder_sources(trace, facts), OutputTree("graph"),
-                input_paths, pool, ops, state=state,  # type: ignore[arg-type]
+                builder, symbol, _find_main(module), sources, OutputTree("graph"), input_paths, pool, ops,
+                state=state,  # type: ignore[arg-type]
             ).run()
         lower_guards(builder, guard_symbol, guards, pool, value_symbols)
         host = HostProgramLowering(
-            builder, run_symbol, main, placeholder_sources(trace, facts), trace.outputs, input_paths, pool, ops,
+            builder, run_symbol, main, sources, trace.outputs, input_paths, pool, ops,
             launches, pool_allocations=options.pool_allocations, private_views=options.private_views,
             state_writes=trace.state_writes, state=state,
         )
@@ -116,7 +117,6 @@ def compile_specialization(
         elif not replays_as_graph(facts):
             plan[0] = NoReplayPlan("no CUDA tensor among the arguments: never replayed as a CUDA graph")
         else:
-            sources = placeholder_sources(trace, facts)
             static = [_static_geometry(source, guards) for source in sources]
             try:
                 plan[0] = lower_replay_plan(
