@@ -114,7 +114,6 @@ def replay_phases(ready: Any, generate: Callable[[], Any], device: torch.device)
     """Host µs per replayed decode step by phase over one more generate (the recordings' own timers:
     benchmarks/llm/host_profile.py says what each phase is), and `generate_loop`: the generate's wall time per
     replay outside the replays (HF's Python between forwards, the entry's binding and guards, the prefill)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.llm.host_profile import recordings, timed_phases
 
     recs = recordings(ready)
@@ -134,7 +133,6 @@ def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) ->
     """ms per replay of one decode step (position `prompt`) captured by hand as a CUDA graph: device time."""
     import transformers
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.llm.hand_graph import capture_by_hand
 
     model = build_model(args.model, device, args.liger)
