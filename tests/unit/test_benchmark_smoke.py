@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +9,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_benchmark(
+    script: str, *args: str, returncode: int = 0, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    """benchmarks/`script` run with `args` in a fresh process, as a user runs it; its exit status must be
+    `returncode`. The process inherits the suite's strict mode (tests/conftest.py): a call a benchmark runs
+    eagerly without meaning to fails it."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == returncode, result.stdout + result.stderr
+    return result
+
+
 def test_host_overhead_cpu_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "host_overhead_cpu.py"), "--quick", "--no-compile", "--no-cpp-floor", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_benchmark("host_overhead_cpu.py", "--quick", "--no-compile", "--no-cpp-floor", "--json", str(out))
     assert "20 ops" in result.stdout and "100 ops" in result.stdout
     data = json.loads(out.read_text())
     assert data["machine"]["torch"] and data["results"]["20 ops"]["trident"] > 0
@@ -24,23 +31,14 @@ def test_host_overhead_cpu_runs(tmp_path: Path) -> None:
 
 def test_private_views_cpu_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "private_views_cpu.py"), "--calls", "20", "--rounds", "1",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
+    run_benchmark("private_views_cpu.py", "--calls", "20", "--rounds", "1", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["views"] == 80 and set(data["us_per_call"]) == {"below autograd", "through autograd", "eager"}
 
 
 def test_libraries_runs(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "libraries.py"), str(tmp_path), "--device", "cpu",
-         "--only", "liger,fla", "--steps", "2", "--rounds", "1"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("libraries.py", str(tmp_path), "--device", "cpu", "--only", "liger,fla", "--steps", "2",
+                  "--rounds", "1")
     rows = json.loads((tmp_path / "libraries.cpu.json").read_text())["results"]
     assert [r["library"] for r in rows] == ["liger", "fla"]
     assert all(r["status"] == "ok" or r["status"].startswith("not installed") for r in rows), rows
@@ -48,24 +46,14 @@ def test_libraries_runs(tmp_path: Path) -> None:
 
 def test_module_overhead_cpu_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "module_overhead_cpu.py"), "--calls", "20", "--rounds", "1",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
+    run_benchmark("module_overhead_cpu.py", "--calls", "20", "--rounds", "1", "--json", str(out))
     data = json.loads(out.read_text())
     assert set(data["ns_per_call"]) == {"entry", "lazy entry", "python fwd", "module", "module, entry", "module+8 attrs"}
 
 
 def test_eager_fallback_cpu_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "eager_fallback_cpu.py"), "--calls", "20", "--rounds", "1",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
+    run_benchmark("eager_fallback_cpu.py", "--calls", "20", "--rounds", "1", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["guard_sets_remembered"] == 1
     # every timed Trident call ran eagerly (warm-up + 20 calls each; "captured every call" does 20 // 20 = 1)
@@ -75,12 +63,7 @@ def test_eager_fallback_cpu_runs(tmp_path: Path) -> None:
 
 def test_dynamo_overhead_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "dynamo_overhead.py"), "--no-inductor", "--calls", "20",
-         "--rounds", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
+    run_benchmark("dynamo_overhead.py", "--no-inductor", "--calls", "20", "--rounds", "1", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["all_native"] is True
     assert set(data["results"]) == {"eager", "compile, backend=eager", "compile, backend=trident", "trident.jit"}
@@ -88,14 +71,9 @@ def test_dynamo_overhead_runs(tmp_path: Path) -> None:
 
 def test_hf_generate_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hf_generate.py"), "--model", "tiny", "--cache", "static",
-         "--systems", "eager,hf_compiled,cudagraphs,backend,trident_jit", "--tokens", "3", "--rounds", "1",
-         "--out", str(out)],
-        # Not strict: generate's prefill with a static cache runs eagerly (HF reads the cache position in Python).
-        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("hf_generate.py", "--model", "tiny", "--cache", "static", "--systems",
+                  "eager,hf_compiled,cudagraphs,backend,trident_jit", "--tokens", "3", "--rounds", "1",
+                  "--out", str(out))
     cells = json.loads(out.read_text())["cells"]
     assert [c["system"] for c in cells] == ["eager", "hf_compiled", "cudagraphs", "backend", "trident_jit"]
     assert all(c["status"] == "ok" and c["tokens_equal_eager"] for c in cells), cells
@@ -103,12 +81,7 @@ def test_hf_generate_runs(tmp_path: Path) -> None:
 
 def test_hf_token_time_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hf_token_time.py"), "--model", "tiny", "--tokens", "3",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("hf_token_time.py", "--model", "tiny", "--tokens", "3", "--out", str(out))
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["system"] == "trident_jit" and cell["eager_calls"] == 0, cell
     assert cell["forward_host_us"]["median"] > 0 and cell["forward_back_to_back_ms"] > 0, cell
@@ -116,29 +89,21 @@ def test_hf_token_time_runs(tmp_path: Path) -> None:
 
 def test_quantized_decode_parses_its_arguments_and_says_what_it_needs(tmp_path: Path) -> None:
     """benchmarks/quantized_decode.py runs only with CUDA and gemlite; here, its options and its refusal."""
-    script = str(ROOT / "benchmarks" / "quantized_decode.py")
-    result = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = run_benchmark("quantized_decode.py", "--help", timeout=120)
     assert "trident_graphs" in result.stdout and "hand_graph" in result.stdout and "--out" in result.stdout
-    result = subprocess.run([sys.executable, script, "--systems", "eager,nope"], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 2 and "unknown system(s) ['nope']" in result.stderr, result.stderr
+    result = run_benchmark("quantized_decode.py", "--systems", "eager,nope", returncode=2, timeout=120)
+    assert "unknown system(s) ['nope']" in result.stderr, result.stderr
     import torch
 
     if not torch.cuda.is_available():
-        result = subprocess.run([sys.executable, script, "--work", str(tmp_path)], capture_output=True, text=True,
-                                timeout=120)
-        assert result.returncode == 2 and "needs a CUDA GPU" in result.stderr, result.stderr
+        result = run_benchmark("quantized_decode.py", "--work", str(tmp_path), returncode=2, timeout=120)
+        assert "needs a CUDA GPU" in result.stderr, result.stderr
 
 
 def test_hf_compile_time_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hf_compile_time.py"), "--families", "llama,qwen2", "--layers",
-         "1,2", "--new-tokens", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("hf_compile_time.py", "--families", "llama,qwen2", "--layers", "1,2", "--new-tokens", "2", "--out",
+                  str(out))
     data = json.loads(out.read_text())
     assert data["machine"]["torch"] and data["machine"]["transformers"] and data["machine"]["cpu"], data["machine"]
     cells = {(r["family"], r["layers"], r["phase"]): r for r in data["results"]}
@@ -153,12 +118,7 @@ def test_hf_compile_time_runs(tmp_path: Path) -> None:
 
 def test_hf_guards_cpu_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hf_guards_cpu.py"), "--layers", "2", "--repeat", "100",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "TRIDENT_STRICT": "0"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_benchmark("hf_guards_cpu.py", "--layers", "2", "--repeat", "100", "--out", str(out))
     data = json.loads(out.read_text())
     assert data["machine"]["cpu"] and data["layers"] == 2, data
     # the prefill and the decode specialization; only the decode one accepts a decode call
