@@ -42,6 +42,36 @@ def test_each_truth_gets_its_own_specialization(device: str) -> None:
     assert "if mask.all():" in _value_lines(f)[0]
 
 
+@pytest.mark.gpu
+def test_a_truth_is_not_read_while_the_users_stream_captures_a_cuda_graph() -> None:
+    """On CUDA a truth read syncs, which would end a capture of the user's own (torch.cuda.graph). The guard then
+    misses without reading, and the call compiles the branch the function takes while capturing (transformers
+    skips its mask reads then); after the capture the first specialization hits again."""
+
+    def branchy(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if not torch.cuda.is_current_stream_capturing() and mask.all():
+            return x * 2
+        return x * 3
+
+    f = trident.jit(branchy)
+    x = torch.randn(64, device="cuda")
+    mask = torch.ones(64, dtype=torch.bool, device="cuda")
+    with torch.no_grad():
+        assert torch.equal(f(x, mask), x * 2)
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            captured = f(x, mask)
+        x.copy_(torch.randn(64, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, x * 3)
+        assert torch.equal(f(x, mask), x * 2)
+    assert_native(f, hits=3, compiles=2)
+    assert [line.endswith("-> True (a truth read from the call's tensors)") for line in _value_lines(f)] == [True]
+    assert jit_state(f).entry.hits()[0] == 2, trident.explain(f)
+
+
 def test_the_guard_recomputes_a_truth_from_several_operands_and_sizes() -> None:
     """The read's whole computation runs again, on sizes that change (symbolic) and on a second argument."""
 

@@ -194,9 +194,15 @@ def _program_of(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.GraphMod
     return torch.fx.GraphModule(torch.nn.Module(), program)
 
 
-def truth_of(program: ValueProgram, inputs: Sequence[object]) -> bool:
-    """The program's truth for a call whose placeholder values are `inputs` (a guard's Python form)."""
-    return bool(program.graph_module(*inputs))
+def truth_of(program: ValueProgram, inputs: Sequence[object]) -> bool | None:
+    """The program's truth for a call whose placeholder values are `inputs` (a guard's Python form); None where
+    its result is a CUDA tensor while that device's stream is capturing: the read would end the capture."""
+    result = program.graph_module(*inputs)
+    if isinstance(result, torch.Tensor) and result.is_cuda:
+        with torch.cuda.device(result.device):
+            if torch.cuda.is_current_stream_capturing():
+                return None
+    return bool(result)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -113,7 +113,14 @@ TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result) {
   if (status == TRIDENT_OK && result != nullptr && THPVariable_Check(result)) {
     try {
       const at::Tensor& t = THPVariable_Unpack(result);
-      if (t.defined() && t.numel() == 1) truth = t.is_nonzero() ? 1 : 0;  // a CUDA tensor's read syncs, as eager's
+      // A CUDA tensor's read syncs, as eager's does; while the stream is capturing (a user's CUDA graph) that
+      // would end the capture, so the guard misses unread: libraries skip such reads while capturing, and the
+      // call compiles what they do then.
+      void* stream = nullptr;
+      bool capturing = false;
+      const bool unreadable = t.defined() && t.is_cuda() &&
+                              trident::current_cuda_stream(t.device().index(), &stream, &capturing) && capturing;
+      if (t.defined() && t.numel() == 1 && !unreadable) truth = t.is_nonzero() ? 1 : 0;
     } catch (...) {
       truth = -1;
     }

@@ -161,6 +161,8 @@ class ValueGuard(Guard):
             truth = truth_of(self.program, [call.value(path) for path in self.inputs])
         except Exception as e:  # noqa: BLE001 - the native form misses on any failure too
             return f"{self.program.where}: reading it failed ({type(e).__name__}: {e})"
+        if truth is None:
+            return f"{self.program.where}: not read while a CUDA stream is capturing (the read would end the capture)"
         if truth != self.program.truth:
             return f"{self.program.where} -> {truth}, compiled for {self.program.truth}"
         return None
