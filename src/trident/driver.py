@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from . import exc
@@ -57,6 +58,11 @@ _entry_lock = threading.RLock()  # making entries (and building the runtime) onc
 # cannot (appending to a list it holds; assignments into state-object arguments are compiled, inputs.py) does it
 # again with the same objects, and then also for the next ones: capturing each would cost a capture per call.
 _PYTHON_STATE_CAPTURES = 2
+# Specializations of one call structure whose trace kept a changing size or int constant (it needed the value:
+# `range(x.shape[0])`, a guard the lowering cannot check, an operator that reads concrete sizes) before calls
+# with new values of it run eagerly. Automatic dynamic would otherwise compile once per value: per token, for a
+# decode loop whose cache length is such a size.
+_KEPT_CONSTANT_COMPILES = 4
 _IR_DIRECTORY = re.compile(r"\S*/trident-[^/\s]+/")  # the new temporary folder of a failed compile's IR
 
 
@@ -135,6 +141,10 @@ class JitFunction:
         self._assigns_python_state: dict[object, str] = {}
         self._failed_once: set[object] = set()  # call structures (_objects_key) whose compile failed
         self._uncompilable: dict[object, str] = {}  # those whose compile failed twice -> why
+        # Per call structure (_objects_key): specializations that kept a changing property constant, and the
+        # eager reason once there were _KEPT_CONSTANT_COMPILES of them.
+        self._kept_constant_compiles: collections.Counter[object] = collections.Counter()
+        self._values_run_eagerly: dict[object, str] = {}
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -298,8 +308,9 @@ class JitFunction:
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
                 )
-        if self._uncompilable:
-            decided = self._uncompilable.get(_objects_key(facts))
+        if self._uncompilable or self._values_run_eagerly:
+            structure = _objects_key(facts)
+            decided = self._uncompilable.get(structure) or self._values_run_eagerly.get(structure)
             if decided is not None:
                 return decided
         if self._assigns_python_state:
@@ -379,6 +390,7 @@ class JitFunction:
         if captured is None:
             return None, None
         trace, guards, reachable = captured
+        self._count_kept_constant(facts, guards)
         compiled = self._build(values, facts, trace, guards, reachable, options)
         if compiled is None:
             return None, None
@@ -435,6 +447,25 @@ class JitFunction:
             self._compile_failed(facts, reachable, e)
             return None
         return trace, guards, reachable
+
+    def _count_kept_constant(self, facts: CallFacts, guards: GuardSet) -> None:
+        """Count a specialization whose trace kept constant what this call asked to trace symbolically (it
+        changed between calls); the _KEPT_CONSTANT_COMPILES-th decides that new values of it run eagerly."""
+        kept = kept_constant(guards, self.dynamism)
+        if not kept:
+            return
+        structure = _objects_key(facts)
+        self._kept_constant_compiles[structure] += 1
+        if log_enabled("recompiles"):
+            log.warning("trident: '%s' traced %s as constants although they change between calls", self.name,
+                        ", ".join(kept))
+        if self._kept_constant_compiles[structure] >= _KEPT_CONSTANT_COMPILES:
+            self._values_run_eagerly[structure] = (
+                f"'{self.name}': {' and '.join(kept)} changes between calls, but the trace needs its value (e.g. "
+                f"`range(x.shape[0])`, or an operator that reads concrete sizes), so each value compiled a "
+                f"specialization of its own; after {_KEPT_CONSTANT_COMPILES} of them, calls with new values run "
+                "eagerly"
+            )
 
     def _build(
         self, values: Sequence[object], facts: CallFacts, trace: Trace, guards: GuardSet,
@@ -582,6 +613,26 @@ class JitFunction:
             lines.append(f"{len(self.fallbacks)} guard set(s) run eagerly, without capturing again:")
             lines += self.fallbacks.describe()
         return "\n".join(lines)
+
+
+def kept_constant(guards: GuardSet, dynamism: Dynamism) -> list[str]:
+    """The leaf properties `dynamism` asked to trace symbolically that the trace kept constant anyway (a guard
+    pinned them to their value), as explain names them. 0 and 1 are left out: a size or int of 0 or 1 is a
+    constant by design (torch's 0/1 specialization), not a value the trace needed."""
+    asked = {
+        "size": lambda g: dynamism.size_dynamic(g.path, g.dim),
+        "stride": lambda g: dynamism.stride_dynamic(g.path, g.dim),
+        "offset": lambda g: dynamism.offset_dynamic(g.path),
+        "int": lambda g: dynamism.int_dynamic(g.path),
+    }
+    kept = []
+    for g in guards.properties:
+        if g.path.is_constant or not isinstance(g.expr, sympy.Integer) or int(g.expr) in (0, 1):
+            continue
+        if g.prop in asked and asked[g.prop](g):
+            kept.append(f"{g.prop} {g.dim} of '{g.path.name}'" if g.prop in ("size", "stride") else
+                        f"{g.prop} of '{g.path.name}'")
+    return kept
 
 
 def _objects_key(facts: CallFacts, by_type: bool = False) -> object:

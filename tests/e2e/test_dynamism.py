@@ -160,6 +160,35 @@ def test_int_of_float_specializes_per_value() -> None:
     assert "TruncToInt(0.5*ToFloat(" in trident.explain(f)
 
 
+def test_a_size_the_trace_needs_compiles_a_bounded_number_of_values_then_runs_eagerly() -> None:
+    """A size that changes but that the trace needs as a value (a Python loop over it) stays a constant of each
+    specialization; after _KEPT_CONSTANT_COMPILES such specializations of one call structure, new values run
+    eagerly with one warning instead of compiling per value (a decode loop's cache length, per token). The
+    values compiled so far still hit natively."""
+    from trident.driver import _KEPT_CONSTANT_COMPILES
+
+    def program(x):  # type: ignore[no-untyped-def]
+        for i in range(x.shape[0]):
+            x = x + i
+        return x
+
+    f = trident.jit(program)
+    sizes = list(range(2, 2 + _KEPT_CONSTANT_COMPILES + 4))
+    with torch.no_grad(), count_compiles() as compiles, expect_fallback("changes between calls") as fallbacks:
+        for n in sizes:
+            x = torch.randn(n)
+            assert same(f(x), program(x)), n
+        x = torch.randn(3)
+        assert same(f(x), program(x))  # compiled earlier: a native hit
+    assert compiles() == 1 + _KEPT_CONSTANT_COMPILES  # the first call's constants, then the sizes that changed
+    assert eager_calls(f) == len(sizes) - compiles() and hits(f)[1] == 2
+    assert {e.reason for e in fallbacks} == {
+        f"'{program.__qualname__}': size 0 of 'x' changes between calls, but the trace needs its value (e.g. `range(x.shape[0])`, "
+        f"or an operator that reads concrete sizes), so each value compiled a specialization of its own; after "
+        f"{_KEPT_CONSTANT_COMPILES} of them, calls with new values run eagerly"
+    }
+
+
 def test_bool_stays_a_constant() -> None:
     def program(x, flag):  # type: ignore[no-untyped-def]
         return x * flag, x + 1 if flag else x - 1
