@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import platform
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -302,4 +304,40 @@ def test_inaccessible_reservations_are_not_taken_for_addresses() -> None:
     finally:
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         libc.munmap(ctypes.c_void_p(reserved), 1 << 20)
+        libc.munmap(ctypes.c_void_p(readable), 1 << 20)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code: where a 64-bit value can sit is known there")
+def test_instruction_bytes_that_read_like_an_address_are_not_taken_for_one(tmp_path: Path) -> None:
+    """In an x86-64 library a 64-bit value sits in a movabs immediate or in a data section; other windows of
+    machine code are instruction bytes (a big host program's `mov rax, [rsp + 0x7f40]` reads like a library
+    address, and kept a Qwen2 specialization out of the disk cache on a GPU host). A real library with one address
+    of readable memory in each place: the movabs and the constant are found, the instruction bytes are not."""
+    import ctypes
+    import subprocess
+
+    from trident.cache.native_library import baked_addresses
+    from trident.runtime.build import COMPILER
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    readable = libc.mmap(None, 1 << 20, 0x1 | 0x2, 0x02 | 0x20, -1, 0)  # PROT_READ | PROT_WRITE, private anonymous
+    assert readable and readable != ctypes.c_void_p(-1).value and readable >= 1 << 32
+    in_movabs, in_rodata, in_instruction = readable + 8, readable + 16, readable + 24
+    instruction = ",".join(hex(b) for b in b"\x48\x8b\x84\x24" + in_instruction.to_bytes(8, "little"))
+    (tmp_path / "planted.cpp").write_text(
+        f'extern "C" void load_it() {{ __asm__ volatile("movabs ${in_movabs:#x}, %%rax" ::: "rax"); }}\n'
+        f'extern "C" void bytes_only() {{ __asm__ volatile(".byte {instruction}"); }}\n'
+        f"extern const unsigned long long kept = {in_rodata:#x}ULL;\n"
+    )
+    try:
+        subprocess.run([COMPILER, "-shared", "-fPIC", "-O1", "planted.cpp", "-o", "planted.so"], cwd=tmp_path,
+                       check=True, capture_output=True)
+        data = (tmp_path / "planted.so").read_bytes()
+        assert in_instruction.to_bytes(8, "little") in data  # planted, yet not a value the code uses
+        assert baked_addresses(data, []) == [in_movabs, in_rodata]
+        assert baked_addresses(b"\x00" + in_instruction.to_bytes(8, "little"), []) == [in_instruction]  # no ELF
+    finally:
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         libc.munmap(ctypes.c_void_p(readable), 1 << 20)

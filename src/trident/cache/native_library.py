@@ -10,9 +10,14 @@ only loaded by processes using that same runtime file.
 
 No process addresses: generated code reads everything process-specific from its context table (see
 csrc/trident_runtime.h). `baked_addresses` checks it on every library before it is stored: no 8-byte window of
-the file may equal an address of a live object the specialization uses, nor fall into a readable region mapped in
-this process above 4 GiB (heap, libraries, Python objects). Below 4 GiB values are too often plain integers
-(sizes in guards) to be told apart from the few addresses a non-PIE Python maps there.
+the file may equal an address of a live object the specialization uses, and no 8-byte value where code or data
+can hold one may fall into a readable region mapped in this process above 4 GiB (heap, libraries, Python objects).
+Below 4 GiB values are too often plain integers (sizes in guards) to be told apart from the few addresses a
+non-PIE Python maps there. Where x86-64 code holds a 64-bit value is known: a `movabs` immediate, or the data
+sections (constant pools). Other windows of machine code are instruction bytes, and a large host program's
+`mov rax, [rsp + 0x7f40]` (48 8b 84 24 40 7f 00 00) reads like a library address, `[rsp + 0x20140]` like one in
+the CUDA driver's readable mappings at 0x200000000: those are not looked at. Other files (another machine's
+code, raw bytes) are scanned at every offset.
 
 Loading: ctypes.CDLL (RTLD_NOW: an unresolved symbol fails the load, not a call). The handle is never closed,
 as JIT engines are never freed while a specialization may run.
@@ -52,6 +57,48 @@ def link_shared_library(write_object: Callable[[str], None], runtime_library: st
         return Path(lib).read_bytes()
 
 
+_EM_X86_64 = 62
+_SHF_EXECINSTR = 0x4
+_SHT_NOBITS = 8
+_DATA_SECTIONS = (".rodata", ".data", ".lrodata", ".ldata")  # what the compiler emits constants into
+
+
+def _value_windows(raw: np.ndarray, n: int) -> np.ndarray:
+    """Which of the `n` 8-byte windows of an ELF x86-64 file can hold a 64-bit value the code uses: every window
+    inside a data section, and in executable sections the imm64 of a movabs (REX.W, then B8+r). Every window of
+    any other file."""
+    data = raw.tobytes()
+    every = np.ones(n, dtype=bool)
+    if len(data) < 64 or data[:5] != b"\x7fELF\x02" or int.from_bytes(data[18:20], "little") != _EM_X86_64:
+        return every
+    shoff = int.from_bytes(data[0x28:0x30], "little")
+    shentsize, shnum, shstrndx = (int.from_bytes(data[o : o + 2], "little") for o in (0x3A, 0x3C, 0x3E))
+    if shentsize != 64 or shnum == 0 or shoff + shnum * 64 > len(data) or shstrndx >= shnum:
+        return every
+
+    def section(i: int) -> tuple[int, int, int, int, int]:  # name offset, type, flags, file offset, size
+        h = data[shoff + 64 * i : shoff + 64 * (i + 1)]
+        return (int.from_bytes(h[0:4], "little"), int.from_bytes(h[4:8], "little"),
+                int.from_bytes(h[8:16], "little"), int.from_bytes(h[24:32], "little"),
+                int.from_bytes(h[32:40], "little"))  # fmt: skip
+
+    names_at = section(shstrndx)[3]
+    windows = np.zeros(n, dtype=bool)
+    for i in range(shnum):
+        name_offset, kind, flags, offset, size = section(i)
+        if kind == _SHT_NOBITS or size == 0 or offset + size > len(data):
+            continue
+        name = data[names_at + name_offset : data.index(b"\0", names_at + name_offset)].decode("latin-1")
+        last = min(offset + size - 8, n - 1)  # the last window that lies inside the section
+        if flags & _SHF_EXECINSTR:
+            code = raw[offset : offset + size]
+            starts = np.flatnonzero(((code[:-9] & 0xF8) == 0x48) & ((code[1:-8] & 0xF8) == 0xB8)) + offset + 2
+            windows[starts[starts <= last]] = True
+        elif name.startswith(_DATA_SECTIONS) and last >= offset:
+            windows[offset : last + 1] = True
+    return windows
+
+
 def _mapped_regions() -> list[tuple[int, int]]:
     """Readable mappings only: an address compiled code could use points at memory it reads. Inaccessible
     mappings are address-space reservations, such as the CUDA driver's at 0x200000000 (many GiB wide), where
@@ -85,6 +132,8 @@ def baked_addresses(data: bytes, known: Iterable[int]) -> list[int]:
     except OSError:  # not Linux: the known addresses are still checked
         regions = []
     if regions:
+        words = words[_value_windows(raw, n)]
+        n = words.size
         starts = np.array([s for s, _ in regions], dtype=np.uint64)
         ends = np.array([e for _, e in regions], dtype=np.uint64)
         slot = np.searchsorted(starts, words, side="right").astype(np.int64) - 1
