@@ -58,11 +58,12 @@ _entry_lock = threading.RLock()  # making entries (and building the runtime) onc
 # cannot (appending to a list it holds; assignments into state-object arguments are compiled, inputs.py) does it
 # again with the same objects, and then also for the next ones: capturing each would cost a capture per call.
 _PYTHON_STATE_CAPTURES = 2
-# Specializations of one call structure whose trace kept a changing size or int constant (it needed the value:
-# `range(x.shape[0])`, a guard the lowering cannot check, an operator that reads concrete sizes) before calls
-# with new values of it run eagerly. Automatic dynamic would otherwise compile once per value: per token, for a
-# decode loop whose cache length is such a size.
-_KEPT_CONSTANT_COMPILES = 4
+# Specializations of one call structure whose trace kept the same changing sizes or ints constant (it needed the
+# values: `range(x.shape[0])`, a guard the lowering cannot check, an operator that reads concrete sizes) before
+# calls with new values of them run eagerly. Automatic dynamic would otherwise compile once per value: per token,
+# for a decode loop whose cache length is such a size. A few layouts or feature sizes fit under it (torch.compile's
+# recompile limit is 8 as well).
+_KEPT_CONSTANT_COMPILES = 8
 _IR_DIRECTORY = re.compile(r"\S*/trident-[^/\s]+/")  # the new temporary folder of a failed compile's IR
 
 
@@ -141,8 +142,8 @@ class JitFunction:
         self._assigns_python_state: dict[object, str] = {}
         self._failed_once: set[object] = set()  # call structures (_objects_key) whose compile failed
         self._uncompilable: dict[object, str] = {}  # those whose compile failed twice -> why
-        # Per call structure (_objects_key): specializations that kept a changing property constant, and the
-        # eager reason once there were _KEPT_CONSTANT_COMPILES of them.
+        # Per call structure (_objects_key) and the changing properties a trace kept constant: how many
+        # specializations did; per call structure, the eager reason once _KEPT_CONSTANT_COMPILES of them did.
         self._kept_constant_compiles: collections.Counter[object] = collections.Counter()
         self._values_run_eagerly: dict[object, str] = {}
 
@@ -455,16 +456,16 @@ class JitFunction:
         if not kept:
             return
         structure = _objects_key(facts)
-        self._kept_constant_compiles[structure] += 1
+        self._kept_constant_compiles[structure, tuple(kept)] += 1
         if log_enabled("recompiles"):
             log.warning("trident: '%s' traced %s as constants although they change between calls", self.name,
                         ", ".join(kept))
-        if self._kept_constant_compiles[structure] >= _KEPT_CONSTANT_COMPILES:
+        if self._kept_constant_compiles[structure, tuple(kept)] >= _KEPT_CONSTANT_COMPILES:
+            listing = " and ".join(kept) if len(kept) <= 2 else f"{kept[0]}, {kept[1]} and {len(kept) - 2} more"
             self._values_run_eagerly[structure] = (
-                f"'{self.name}': {' and '.join(kept)} changes between calls, but the trace needs its value (e.g. "
-                f"`range(x.shape[0])`, or an operator that reads concrete sizes), so each value compiled a "
-                f"specialization of its own; after {_KEPT_CONSTANT_COMPILES} of them, calls with new values run "
-                "eagerly"
+                f"'{self.name}': the trace needs the value of {listing} (e.g. `range(x.shape[0])`, or an operator "
+                f"that reads concrete sizes), which changes between calls, so each value compiled a specialization "
+                f"of its own; after {_KEPT_CONSTANT_COMPILES} of them, calls with new values run eagerly"
             )
 
     def _build(

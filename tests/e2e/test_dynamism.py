@@ -174,7 +174,7 @@ def test_a_size_the_trace_needs_compiles_a_bounded_number_of_values_then_runs_ea
 
     f = trident.jit(program)
     sizes = list(range(2, 2 + _KEPT_CONSTANT_COMPILES + 4))
-    with torch.no_grad(), count_compiles() as compiles, expect_fallback("changes between calls") as fallbacks:
+    with torch.no_grad(), count_compiles() as compiles, expect_fallback("which changes between calls") as fallbacks:
         for n in sizes:
             x = torch.randn(n)
             assert same(f(x), program(x)), n
@@ -183,9 +183,9 @@ def test_a_size_the_trace_needs_compiles_a_bounded_number_of_values_then_runs_ea
     assert compiles() == 1 + _KEPT_CONSTANT_COMPILES  # the first call's constants, then the sizes that changed
     assert eager_calls(f) == len(sizes) - compiles() and hits(f)[1] == 2
     assert {e.reason for e in fallbacks} == {
-        f"'{program.__qualname__}': size 0 of 'x' changes between calls, but the trace needs its value (e.g. `range(x.shape[0])`, "
-        f"or an operator that reads concrete sizes), so each value compiled a specialization of its own; after "
-        f"{_KEPT_CONSTANT_COMPILES} of them, calls with new values run eagerly"
+        f"'{program.__qualname__}': the trace needs the value of size 0 of 'x' (e.g. `range(x.shape[0])`, or an "
+        f"operator that reads concrete sizes), which changes between calls, so each value compiled a specialization "
+        f"of its own; after {_KEPT_CONSTANT_COMPILES} of them, calls with new values run eagerly"
     }
 
 
