@@ -88,7 +88,10 @@ def _value_windows(raw: np.ndarray, n: int) -> np.ndarray:
         name_offset, kind, flags, offset, size = section(i)
         if kind == _SHT_NOBITS or size == 0 or offset + size > len(data):
             continue
-        name = data[names_at + name_offset : data.index(b"\0", names_at + name_offset)].decode("latin-1")
+        end = data.find(b"\0", names_at + name_offset)
+        if end < 0:  # not a well-formed name table: look everywhere
+            return every
+        name = data[names_at + name_offset : end].decode("latin-1")
         last = min(offset + size - 8, n - 1)  # the last window that lies inside the section
         if flags & _SHF_EXECINSTR:
             code = raw[offset : offset + size]
