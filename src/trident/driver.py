@@ -141,11 +141,11 @@ class JitFunction:
         self._python_state_captures: collections.Counter[object] = collections.Counter()
         self._assigns_python_state: dict[object, str] = {}
         self._failed_once: set[object] = set()  # call structures (_objects_key) whose compile failed
-        self._uncompilable: dict[object, str] = {}  # those whose compile failed twice -> why
-        # Per call structure (_objects_key) and the changing properties a trace kept constant: how many
-        # specializations did; per call structure, the eager reason once _KEPT_CONSTANT_COMPILES of them did.
+        # Call structures whose new calls run eagerly without a capture -> why: their compile failed twice, or
+        # _KEPT_CONSTANT_COMPILES of their specializations kept the same changing properties constant.
+        self._eager_structures: dict[object, str] = {}
+        # Per call structure and the changing properties a trace kept constant: how many specializations did.
         self._kept_constant_compiles: collections.Counter[object] = collections.Counter()
-        self._values_run_eagerly: dict[object, str] = {}
 
     # -- the native entry ---------------------------------------------------------------------------------------
     @property
@@ -309,9 +309,8 @@ class JitFunction:
                     f"argument '{leaf.path.name}' is an int outside int64; compiled code computes ints as int64, "
                     "so calls with such ints run eagerly"
                 )
-        if self._uncompilable or self._values_run_eagerly:
-            structure = _objects_key(facts)
-            decided = self._uncompilable.get(structure) or self._values_run_eagerly.get(structure)
+        if self._eager_structures:
+            decided = self._eager_structures.get(_objects_key(facts))
             if decided is not None:
                 return decided
         if self._assigns_python_state:
@@ -462,7 +461,7 @@ class JitFunction:
                         ", ".join(kept))
         if self._kept_constant_compiles[structure, tuple(kept)] >= _KEPT_CONSTANT_COMPILES:
             listing = " and ".join(kept) if len(kept) <= 2 else f"{kept[0]}, {kept[1]} and {len(kept) - 2} more"
-            self._values_run_eagerly[structure] = (
+            self._eager_structures[structure] = (
                 f"'{self.name}': the trace needs the value of {listing} (e.g. `range(x.shape[0])`, or an operator "
                 f"that reads concrete sizes), which changes between calls, so each value compiled a specialization "
                 f"of its own; after {_KEPT_CONSTANT_COMPILES} of them, calls with new values run eagerly"
@@ -500,7 +499,7 @@ class JitFunction:
         )
         structure = _objects_key(facts)
         if structure in self._failed_once:
-            self._uncompilable[structure] = reason
+            self._eager_structures[structure] = reason
         self._failed_once.add(structure)
 
     @staticmethod

@@ -63,11 +63,10 @@ _SHT_NOBITS = 8
 _DATA_SECTIONS = (".rodata", ".data", ".lrodata", ".ldata")  # what the compiler emits constants into
 
 
-def _value_windows(raw: np.ndarray, n: int) -> np.ndarray:
-    """Which of the `n` 8-byte windows of an ELF x86-64 file can hold a 64-bit value the code uses: every window
-    inside a data section, and in executable sections the imm64 of a movabs (REX.W, then B8+r). Every window of
-    any other file."""
-    data = raw.tobytes()
+def _value_windows(data: bytes, raw: np.ndarray, n: int) -> np.ndarray:
+    """Which of the `n` 8-byte windows of an ELF x86-64 file (`data`, and `raw` its bytes as an array) can hold a
+    64-bit value the code uses: every window inside a data section, and in executable sections the imm64 of a
+    movabs (REX.W, then B8+r). Every window of any other file."""
     every = np.ones(n, dtype=bool)
     if len(data) < 64 or data[:5] != b"\x7fELF\x02" or int.from_bytes(data[18:20], "little") != _EM_X86_64:
         return every
@@ -135,7 +134,7 @@ def baked_addresses(data: bytes, known: Iterable[int]) -> list[int]:
     except OSError:  # not Linux: the known addresses are still checked
         regions = []
     if regions:
-        words = words[_value_windows(raw, n)]
+        words = words[_value_windows(data, raw, n)]
         n = words.size
         starts = np.array([s for s, _ in regions], dtype=np.uint64)
         ends = np.array([e for _, e in regions], dtype=np.uint64)

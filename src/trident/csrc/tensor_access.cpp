@@ -118,9 +118,10 @@ TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result) {
       // call compiles what they do then.
       void* stream = nullptr;
       bool capturing = false;
-      const bool unreadable = t.defined() && t.is_cuda() &&
-                              trident::current_cuda_stream(t.device().index(), &stream, &capturing) && capturing;
-      if (t.defined() && t.numel() == 1 && !unreadable) truth = t.is_nonzero() ? 1 : 0;
+      if (t.defined() && t.numel() == 1 &&
+          !(t.is_cuda() && trident::current_cuda_stream(t.device().index(), &stream, &capturing) && capturing)) {
+        truth = t.is_nonzero() ? 1 : 0;
+      }
     } catch (...) {
       truth = -1;
     }
