@@ -1,4 +1,4 @@
-"""Guards on global state and on tensor bits, end to end (README "Semantics: Guards").
+"""Guards on global state and on tensor bits, end to end (docs/semantics.md, "Guards").
 
 Each test compiles under one state, changes it, and calls again: the result must be eager's under the new state
 (dtype included), a new specialization must have been compiled for it, and switching back must hit the first

@@ -1,4 +1,4 @@
-"""What the README says about Python inside a jitted function: reading a tensor's value in Python runs the call
+"""What docs/semantics.md says about Python inside a jitted function: reading a tensor's value in Python runs the call
 eagerly with one warning naming the construct and the user's line (unless it is a truth the guards can compute again:
 tests/e2e/test_value_reads.py); Python side effects (a print, appending to a list) happen once per compile, not once
 per call, because hits run no Python."""

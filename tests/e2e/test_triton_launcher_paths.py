@@ -315,7 +315,7 @@ def test_once_the_hook_is_removed_launches_go_native() -> None:
 
 @pytest.mark.gpu
 def test_a_hook_set_after_launches_went_native_sees_every_later_launch() -> None:
-    """A profiler attached to a warm program: README says launches stay on Triton's launcher while it is set.
+    """A profiler attached to a warm program: docs/semantics.md says launches stay on Triton's launcher while it is set.
     Each native launch looks at Triton's hook lists (csrc watch_launch_hooks), so the registered variant yields
     to Triton's launcher while the hook is set and goes native again once it is removed."""
     from triton import knobs

@@ -24,7 +24,7 @@ Native share
   - native: no eager fallback;
   - a fallback: ran eagerly although eager returns a result. These make the share; the failure message lists
     their reasons;
-  - by design: ran eagerly for a reason the README documents (grad mode on with an input that requires grad;
+  - by design: ran eagerly for a reason docs/semantics.md documents (grad mode on with an input that requires grad;
     an int argument, or an int the program computes, outside int64). Not in the share, listed with -s;
   - eager raises: eager's own exception (an out-of-range index or dim, shapes that do not broadcast). Trident
     must raise the same type with the same effects on the inputs, natively or by running the call eagerly;
@@ -324,7 +324,7 @@ def call_of(draw, program: str, values: dict[str, object]) -> Call:  # type: ign
 # Comparison with eager
 
 
-# Why a fallback is not a Trident gap: what the README documents as running eagerly.
+# Why a fallback is not a Trident gap: what docs/semantics.md documents as running eagerly.
 BY_DESIGN = ("requires grad while grad mode is on", "is an int outside int64", "which leaves int64")
 
 

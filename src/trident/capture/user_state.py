@@ -15,7 +15,7 @@ each change once, as eager does. A capture that succeeded but left a traced valu
 everything too and runs that call eagerly: compiled code cannot make a Python-level assignment, and the eager call
 makes the real one (a lazily allocated cache is allocated for real, and the next call compiles against it).
 Plain values a successful capture assigned (a string appended to a list) stay: such side effects happen once
-per compile (README, Semantics).
+per compile (docs/semantics.md).
 """
 from __future__ import annotations
 
