@@ -16,6 +16,10 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
   trident_jit  trident.jit(model).generate(..., disable_compile=True), with the cache generate makes each call
   hand_graph   (static cache, CUDA) one decode step of the model captured by hand as a CUDA graph and replayed:
                the device time of a step, the floor for every system above
+  graphed_loop (static cache, CUDA) generate(..., disable_compile=True) with one StaticCache it passes itself,
+               whose decode forwards copy their inputs into a CUDA graph of the step captured by hand and replay
+               it: HF's own loop around that device time, the floor of any system inside generate (the loop
+               syncs on the device every token, so its host time between two forwards is not hidden)
 ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after one
 warm-up generate (which compiles). Prints a table and writes JSON with the machine and versions.
 """
@@ -47,7 +51,7 @@ MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
 }
-SYSTEMS = ("eager", "hf_compiled", "inductor", "cudagraphs", "backend", "trident_jit")
+SYSTEMS = ("eager", "hf_compiled", "inductor", "cudagraphs", "backend", "trident_jit", "graphed_loop")
 MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt + new tokens at most
 
 
@@ -90,10 +94,18 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
         model.forward = torch.compile(model.forward)
     elif system == "cudagraphs" and cache == "dynamic":
         model.forward = torch.compile(model.forward, backend="cudagraphs")
+    elif system == "graphed_loop":
+        if cache != "static" or next(model.parameters()).device.type != "cuda":
+            raise ValueError("graphed_loop needs the static cache on CUDA")
+        kwargs.pop("cache_implementation")
+        kwargs["past_key_values"] = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+        model.forward = GraphedDecode(model.forward)
 
     def run(ids: torch.Tensor, n: int) -> torch.Tensor:
         extra: dict[str, Any] = {}
-        if system in ("eager", "trident_jit", "inductor") or (system == "cudagraphs" and cache == "dynamic"):
+        if system == "graphed_loop":
+            kwargs["past_key_values"].reset()  # zeroed in place: the graphs keep its addresses
+        if system in ("eager", "trident_jit", "inductor", "graphed_loop") or (system == "cudagraphs" and cache == "dynamic"):
             extra["disable_compile"] = True  # HF would compile the forward itself (again)
         elif system == "cudagraphs":
             extra["compile_config"] = transformers.CompileConfig(backend="cudagraphs", mode=None)
@@ -104,6 +116,44 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
         return ready.generate(ids, max_new_tokens=n, min_new_tokens=n, **kwargs, **extra)
 
     return ready, run
+
+
+class GraphedDecode:
+    """A model's forward whose decode steps (one new token) replay a CUDA graph of the step captured by hand, one
+    per cache and input shapes, after copying the step's tensor inputs into the graph's own; a prefill runs as it
+    is. The attention mask is left out of the graph: the benchmark's prompts have no padding, so it is all ones and
+    the model's causal mask alone is eager's."""
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+        self.graphs: dict[tuple[Any, ...], tuple[Any, dict[str, torch.Tensor], Any]] = {}
+
+    def __call__(self, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids")
+        if ids is None or ids.shape[1] != 1:
+            return self.forward(**kwargs)
+        kwargs.pop("attention_mask", None)
+        tensors = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+        key = (id(kwargs["past_key_values"]), *((k, tuple(kwargs[k].shape), kwargs[k].dtype) for k in tensors),
+               *sorted((k, repr(v)) for k, v in kwargs.items() if k not in tensors and k != "past_key_values"))
+        if key not in self.graphs:
+            from benchmarks.llm.hand_graph import capture_by_hand
+
+            # The runs before the capture advance the cache's position tensors (a StaticLayer's
+            # cumulative_length, added to in place); they are put back, so the first replay is this step.
+            layers = getattr(kwargs["past_key_values"], "layers", ())
+            positions = [(layer.cumulative_length, layer.cumulative_length.clone()) for layer in layers
+                         if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+            inputs = {k: kwargs[k].clone() for k in tensors}
+            graph, out = capture_by_hand(lambda: self.forward(**{**kwargs, **inputs}))
+            for now, before in positions:
+                now.copy_(before)
+            self.graphs[key] = (graph, inputs, out)
+        graph, inputs, out = self.graphs[key]
+        for k in tensors:
+            inputs[k].copy_(kwargs[k])
+        graph.replay()
+        return out
 
 
 _EXPLAIN_LINES = ("trident.jit", "specialization", "CUDA graph", "replay plan", "last miss", "eager", "runs eagerly",
@@ -130,26 +180,28 @@ def replay_phases(ready: Any, generate: Callable[[], Any], device: torch.device)
 
 
 def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) -> float:
-    """ms per replay of one decode step (position `prompt`) captured by hand as a CUDA graph: device time."""
+    """ms per replay of one decode step captured by hand as a CUDA graph (positions 1 to 100 of a static cache,
+    whose attention reads all of it): device time."""
     import transformers
 
     from benchmarks.llm.hand_graph import capture_by_hand
 
     model = build_model(args.model, device, args.liger)
     cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
-    config = model.config
-    cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
-                               dtype=torch.bfloat16, device=device)
-    inputs = {"input_ids": torch.ones(batch, 1, dtype=torch.long, device=device),
-              "position_ids": torch.full((batch, 1), args.prompt, device=device),
-              "cache_position": torch.tensor([args.prompt], device=device)}
+    inputs = {"input_ids": torch.ones(batch, 1, dtype=torch.long, device=device)}
     step = lambda: model(**inputs, past_key_values=cache, use_cache=True).logits  # noqa: E731
     with torch.no_grad():
+        step()  # the cache's layers are made at their first update
+        # Each step advances the layers' position tensors in place; they go back before every round, so that no
+        # replay writes past the cache's end.
+        positions = [(layer.cumulative_length, layer.cumulative_length.clone()) for layer in cache.layers]
         graph, _ = capture_by_hand(step)
         graph.replay()
         torch.cuda.synchronize()
         times = []
         for _ in range(args.rounds):
+            for now, before in positions:
+                now.copy_(before)
             start = time.perf_counter()
             for _ in range(100):
                 graph.replay()
@@ -176,7 +228,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
         for batch in (int(b) for b in args.batch.split(",")):
             ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
             reference = None
-            for system in [s for s in SYSTEMS if s in args.systems.split(",")]:
+            wanted = [s for s in SYSTEMS if s in args.systems.split(",")]
+            if device.type != "cuda" or cache != "static":
+                wanted = [s for s in wanted if s != "graphed_loop"]  # a CUDA graph of a static cache's step
+            for system in wanted:
                 cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
                                          "batch": batch, "system": system}
                 try:
@@ -197,6 +252,8 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                                 tokens_equal_eager=None if reference is None else bool(torch.equal(tokens, reference)),
                                 trident_warnings=sorted({str(w.message)[:300] for w in caught
                                                          if str(w.message).startswith("trident:")}))
+                    if system == "graphed_loop":
+                        cell["graphs_captured"] = len(ready.forward.graphs)
                     if system == "trident_jit":  # where the host time goes: specializations, graphs, replay plans
                         cell["explain"] = [line for line in trident.explain(ready).splitlines()
                                            if line.lstrip().startswith(_EXPLAIN_LINES)]
