@@ -124,7 +124,7 @@ class JitFunction:
         self._on_entry: list[Callable[[object], None]] = []  # told the entry once it exists (to take a call slot)
         self.specializations: list[Specialization] = []
         # The entry's graph recorder (graphs/recorder.py).
-        self.graphs = GraphRecorder(lambda index: self.specializations[index].compiled)
+        self.graphs = GraphRecorder(lambda index: self.specializations[index])
         if runtime_loaded():
             self.make_entry()
         self.dynamism = Dynamism()

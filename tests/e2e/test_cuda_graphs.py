@@ -542,6 +542,35 @@ def test_arguments_marked_static_are_read_in_place_and_one_that_moves_runs_direc
     assert recording.counts["divergences"] == 1 and recording.counts["replays"] == counts[True]["replays"]
 
 
+@gpu
+def test_a_marked_tensor_inside_the_calls_objects_is_read_in_place() -> None:
+    """A static KV cache's layer keeps its position in a marked 0-d tensor that it adds to in place (transformers'
+    StaticLayer.cumulative_length). Found through the call's objects, it is neither staged nor copied back: the
+    token tensor is the one staged argument, and every replay advances the positions as eager does."""
+
+    class Layer:
+        def __init__(self) -> None:
+            self.position = torch.zeros((), dtype=torch.long, device="cuda")
+            torch._dynamo.mark_static_address(self.position)
+
+    def step(x: torch.Tensor, layers: list[Layer]) -> torch.Tensor:
+        for layer in layers:
+            layer.position.add_(1)
+            x = x * 2 + layer.position
+        return x
+
+    layers, twins = [Layer(), Layer()], [Layer(), Layer()]
+    with_graphs = jitted(step, True)
+    for _ in range(RECORD_AT_HIT + 4):
+        x = torch.randn(64, device="cuda")
+        assert same_bits(with_graphs(x, layers), step(x, twins))
+    assert [int(layer.position) for layer in layers] == [RECORD_AT_HIT + 4] * 2
+    recording = graph_of(with_graphs, 0)
+    assert recording is not None, trident.explain(with_graphs)
+    counts = recording.counts
+    assert counts["staged_inputs"] == 1 and counts["divergences"] == 0 and counts["replays"] >= 4, counts
+
+
 def assert_replayed_every_call_after_recording(step: object, calls: int, staged: int, plan: bool) -> None:
     """The jitted step's one specialization recorded one graph on its third hit and replayed every later call without
     a divergence, with `staged` memcpy-staged argument tensors, and (with `plan`) a replay plan that is on and

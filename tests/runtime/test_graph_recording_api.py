@@ -155,3 +155,30 @@ def test_a_recorder_set_after_hits_without_one_records_at_its_first_hit() -> Non
     entry.set_graph_recorder(recorder)
     assert torch.equal(entry(x), x * 2 + 1)
     assert calls == [RECORD_AT_HIT + 1] and entry.graphs(0).refusal == "not this time"
+
+
+def test_tensors_marked_static_are_found_inside_the_calls_objects_as_its_guards_reach_them() -> None:
+    """A static KV cache marks its layers' tensors (torch._dynamo.mark_static_address) inside objects no pytree
+    walks; the recorder finds them by the specialization's leaf paths, and only the marked ones."""
+    from trident.graphs.recorder import _static_arguments
+
+    class Layer:
+        def __init__(self) -> None:
+            self.position = torch.zeros((), dtype=torch.long)
+            self.scale = torch.ones(4)
+
+    def step(x: torch.Tensor, layers: list[Layer]) -> torch.Tensor:
+        for layer in layers:
+            layer.position.add_(1)
+            x = x * layer.scale + layer.position
+        return x
+
+    layers = [Layer(), Layer()]
+    for layer in layers:
+        torch._dynamo.mark_static_address(layer.position)
+    jitted = trident.jit(step)
+    x = torch.ones(4)
+    jitted(x, layers)
+    (spec,) = jitted._trident.specializations  # type: ignore[attr-defined]
+    found = _static_arguments(spec.guards, (x, layers))
+    assert [id(t) for t in found] == [id(layer.position) for layer in layers]

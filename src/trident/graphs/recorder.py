@@ -22,14 +22,18 @@ divergences, patched nodes), or why there is none and when the next try is.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
 
 from trident import abi
 from trident.artifact import NoReplayPlan, ReplayPlan
-from trident.runtime.specialization import CompiledSpecialization
+from trident.capture.inputs import leaf_value
+from trident.guards.guard_set import GuardSet
+
+if TYPE_CHECKING:
+    from trident.specialization import Specialization
 
 RECORD_AT_HIT = abi.GRAPH_RECORD_AT_HIT  # the hit of a specialization that is recorded first
 MAX_RECORDINGS = abi.GRAPH_MAX_RECORDINGS  # recordings kept per specialization
@@ -85,22 +89,24 @@ def _bitwise_equal(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _static_arguments(slots: Sequence[object]) -> list[torch.Tensor]:
-    """Argument tensors marked as living at one address for good: a module's parameters and buffers that
-    torch.compile hands a backend as graph inputs, and tensors the user passed to
-    torch._dynamo.mark_static_address (a static KV cache). The recorder treats them as constants: an opaque
-    operator reads them in place instead of from a staged copy, which would cost a memcpy node per replay.
-    The mark is a promise, not a proof: a replay still compares their addresses, and one that moved runs directly."""
-    return [t for t in pytree.tree_leaves(list(slots))
-            if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is not None]  # fmt: skip
+def _static_arguments(guards: GuardSet, slots: Sequence[object]) -> list[torch.Tensor]:
+    """Argument tensors marked as living at one address for good, wherever the call holds them: tensors the user
+    passed to torch._dynamo.mark_static_address (a static KV cache marks its keys, values and position tensor so,
+    inside the cache's layer objects), and the parameters and buffers torch.compile hands a backend as graph
+    inputs. (A module's own parameters and buffers are the specialization's constants already.) The recorder treats
+    them as constants: an opaque operator reads them in place instead of from a staged copy, which would cost a
+    memcpy node per replay, two for one it writes. The mark is a promise, not a proof: a replay still compares their
+    addresses, and one that moved runs directly."""
+    leaves = (leaf_value(guard.path, slots, ()) for guard in guards.argument_tensors)
+    return [t for t in leaves if getattr(t, "_dynamo_static_input_type", None) is not None]
 
 
 class GraphRecorder:
     """The graph recorder of one jitted function: the entry calls it when a specialization's SpecGraphs wants a
     recording. `compiled(index)` is specialization `index`'s code."""
 
-    def __init__(self, compiled: Callable[[int], CompiledSpecialization]) -> None:
-        self._compiled = compiled
+    def __init__(self, specialization: Callable[[int], Specialization]) -> None:
+        self._specialization = specialization
 
     def __call__(self, run: Runner, index: int, slots: tuple[object, ...]) -> RecordOutcome:
         """Runs this call of specialization `index` (through `run`) and, when the program can be a graph that
@@ -108,7 +114,8 @@ class GraphRecorder:
         from trident.runtime import load_runtime
 
         device = _cuda_device(slots)
-        compiled = self._compiled(index)
+        specialization = self._specialization(index)
+        compiled = specialization.compiled
         # For good: what no later call of this specialization changes.
         never = graphs_unavailable() if device is not None else "no CUDA tensor among the arguments"
         if never is None and compiled.artifact.state_writes:
@@ -122,7 +129,7 @@ class GraphRecorder:
             return RecordOutcome(run(DIRECT), refusal="the call ran inside the caller's own CUDA graph capture")
         assert device is not None
         constants = [c for c in compiled.constants if isinstance(c, torch.Tensor)]
-        constants += _static_arguments(slots)
+        constants += _static_arguments(specialization.guards, slots)
         recording = load_runtime().GraphRecording(device.index or 0, constants)
         failure = _capture(run, recording, device)
         if failure is not None:
@@ -162,7 +169,7 @@ class GraphRecorder:
             if c["divergences"] and recording.failure:
                 text += f"; last divergence: {recording.failure}"
             lines.append(text)
-            plan = _describe_plan(recording.plan, self._compiled(index).artifact.replay_plan)
+            plan = _describe_plan(recording.plan, self._specialization(index).compiled.artifact.replay_plan)
             if plan:
                 lines.append(plan)
         if hits < graphs.paused_until_hit:
