@@ -280,6 +280,9 @@ def test_generate_on_the_jitted_model_with_its_own_static_cache(family: str) -> 
     assert state.eager_calls == 0 and sum(state.entry.hits()) == calls and not fallbacks, trident.explain(jitted)
     if family == "llama":
         assert "if q_offset == 0 and ( -> True" in trident.explain(jitted), trident.explain(jitted)
+    # The compiled prefill allocated the cache's tensors; like eager's, they carry the static-address mark.
+    marks = {getattr(t, "_dynamo_static_input_type", None) for layer in cache.layers for t in (layer.keys, layer.values)}
+    assert marks == {"unguarded"}, marks
 
 
 def _sdpa_with_mask(torch_ir: str) -> list[bool]:

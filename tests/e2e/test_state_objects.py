@@ -199,3 +199,40 @@ def test_an_object_the_call_makes_is_returned_as_a_new_one_each_call_and_one_tha
     g = trident.jit(give_shared)
     with expect_fallback("returns a Accumulator"):
         assert g(torch.randn(3)) is SHARED_ACCUMULATOR
+
+
+class LazyLayer:
+    """Allocates its buffer at its first update and marks it as living at one address, as a Hugging Face
+    StaticLayer does (torch.compile, and Trident's graph recorder, then read it in place)."""
+
+    def __init__(self) -> None:
+        self.initialized = False
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.initialized:
+            self.buffer = torch.zeros(4, x.shape[0])
+            torch._dynamo.mark_static_address(self.buffer)
+            self.initialized = True
+        self.buffer[0].copy_(x)
+        return self.buffer.sum(0)
+
+
+def test_tensors_the_function_marks_static_are_marked_as_eager_marks_them() -> None:
+    """What compiled code makes in place of a tensor the traced function marked with
+    torch._dynamo.mark_static_address carries the mark too: the one assigned into the call's object, the one
+    returned, and an argument the function marked and returned."""
+
+    def first_update(layer: LazyLayer, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        fresh = x * 2
+        torch._dynamo.mark_static_address(fresh)
+        torch._dynamo.mark_static_address(y)
+        return layer.update(x), fresh, y
+
+    jitted = trident.jit(first_update)
+    for _ in range(2):  # compiled, then a hit
+        layer, x, y = LazyLayer(), torch.randn(3), torch.randn(3)
+        _, fresh, returned = jitted(layer, x, y)
+        assert returned is y
+        marks = [getattr(t, "_dynamo_static_input_type", None) for t in (layer.buffer, fresh, y)]
+        assert marks == ["unguarded"] * 3
+    assert_native(jitted, hits=2, compiles=1)

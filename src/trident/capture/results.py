@@ -28,6 +28,7 @@ class OutputTree:
 
     A leaf is ("graph", i): the i-th graph output; ("const", v): a Python value fixed at capture;
     ("input", leaf_index): an argument returned as itself (a tensor, or an object guarded by identity);
+    a tensor's "graph" or "input" leaf has as `value` the marks the function set on it (TENSOR_MARKS), or None;
     ("state", value=LeafPath): a state object of the call (capture/inputs.py) returned as itself.
     A result Python builds from parts (a dataclass such as Hugging Face's ModelOutput, a named tuple, a dict)
     is a tuple whose first child is the ResultBuilderConstant the native entry builds it with (_flatten_output)."""
@@ -36,6 +37,19 @@ class OutputTree:
     children: tuple[OutputTree, ...] = ()
     index: int = 0
     value: object = None
+
+
+# Attributes torch reads from a tensor's instance __dict__ that the traced function may set on a tensor it makes:
+# the tensor compiled code makes in its place gets them too, as eager's would have them. The static-address mark
+# (torch._dynamo.mark_static_address) is the one callers rely on: a Hugging Face StaticCache marks the tensors it
+# allocates at its first update, and torch.compile and Trident's graph recorder read a marked tensor in place.
+TENSOR_MARKS = ("_dynamo_static_input_type",)
+
+
+def tensor_marks(value: torch.Tensor) -> tuple[tuple[str, str], ...]:
+    """(attribute, value) of each of TENSOR_MARKS a traced tensor carries."""
+    marks = ((name, value.__dict__.get(name)) for name in TENSOR_MARKS)
+    return tuple((name, mark) for name, mark in marks if type(mark) is str)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +88,12 @@ def _flatten_value(
         kind = "tuple" if type(value) is tuple else "list"
         return OutputTree(kind, tuple(tree for tree, _ in items)), any(built for _, built in items)
     if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        marks = (tensor_marks(value) if isinstance(value, torch.Tensor) else ()) or None
         for p, leaf_index in zip(placeholders, traced):
-            if p is value:  # an argument returned as itself keeps its identity
-                return OutputTree("input", index=leaf_index), False
+            if p is value:  # an argument returned as itself keeps its identity (and gets the marks set on it)
+                return OutputTree("input", index=leaf_index, value=marks), False
         graph_outputs.append(value)  # symbolic floats and bools come back as Python floats and bools
-        return OutputTree("graph", index=len(graph_outputs) - 1), False
+        return OutputTree("graph", index=len(graph_outputs) - 1, value=marks), False
     if value is None or type(value) in (int, float, bool, str, torch.device, torch.dtype):
         return OutputTree("const", value=value), False
     if isinstance(value, type):  # a class (a cache's layer class): the same object every call

@@ -607,12 +607,21 @@ class HostProgramLowering:
             return seq, seq_slot
         if tree.kind == "const":
             obj = fb.call(abi.NEW_REF, [self.access.constant(self.pool.add(tree.value))])
-        elif tree.kind == "input":
-            obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
         elif tree.kind == "state":
             obj = fb.call(abi.NEW_REF, [self.access.object(tree.value)])  # type: ignore[arg-type]
         else:
-            obj = self._returned_object(returned[tree.index])
+            if tree.kind == "input":
+                obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
+            else:
+                obj = self._returned_object(returned[tree.index])
+            assert obj is not None
+            slot = self._temp(obj)
+            for name, mark in tree.value or ():  # marks the function set on the tensor (capture/results.py)
+                pair = [self.access.constant(self.pool.add(text)) for text in (name, mark)]  # type: ignore[has-type]
+                ok = fb.call(abi.STATE_WRITE, [obj, *pair])
+                assert ok is not None
+                fb.check_nonzero(ok)
+            return obj, slot
         assert obj is not None
         return obj, self._temp(obj)
 
