@@ -188,8 +188,10 @@ class HostProgramLowering:
         self.owned = _HandleTable(self.fb, "own", abi.TENSOR_DELETE)
         self.temps = _HandleTable(self.fb, "tmp", abi.DECREF)
         for arg, source in zip(block.arguments, self.placeholders):
+            self.fb.reset_scratch()
             self.values[arg] = self._placeholder(source)
         for position, op in enumerate(operations):
+            self.fb.reset_scratch()  # an operator's arrays die with its call: the next one reuses them
             if op.name == "func.return":
                 self._return(op)
             else:
@@ -217,10 +219,10 @@ class HostProgramLowering:
             assert handle is not None
             return _Lowered("tensor", handle, pyobject=obj)
         if source.kind == "float":  # the guard already checked it is a float
-            tmp = fb.alloca(1, F64, "float")
+            tmp = fb.scratch(1)
             fb.call(abi.READ_FLOAT, [obj, tmp])
             return _Lowered("float", fb.load(tmp, F64), pyobject=obj)
-        tmp = fb.alloca(1, I64, "int")
+        tmp = fb.scratch(1)
         fb.call(abi.READ_INT, [obj, tmp])  # the guard already checked it is an int
         return _Lowered("int", fb.load(tmp), pyobject=obj)
 
@@ -396,7 +398,7 @@ class HostProgramLowering:
         fb = self.fb
         value = self.values[op.operands[0]]
         tag, bits = self._scalar_slot(value)
-        out = fb.alloca(1, PTR, "scalar")
+        out = fb.scratch(1)
         status = fb.call(abi.SCALAR_TENSOR, [fb.const(tag), bits, out])
         assert status is not None
         fb.check_zero(status)
@@ -426,7 +428,7 @@ class HostProgramLowering:
         wrapped = self._wrap_scalars(op, name, overload)
         args = self._encode_operands(op, wrapped)
         n_rets = sum(_result_count(op, r) for r in op.results)
-        rets = fb.alloca(n_rets, PTR, "rets")
+        rets = fb.scratch(n_rets)
         private = self.private_views and is_private_view(op, aten_name)
         typed = typed_symbol(name, overload, len(op.operands), below_autograd=private)
         if typed is not None and private:
@@ -495,7 +497,7 @@ class HostProgramLowering:
         return self._int_array(self.values[operand].items)
 
     def _int_array(self, items: Sequence[_Lowered]) -> str:
-        array = self.fb.alloca(len(items), I64, "ints")
+        array = self.fb.scratch(len(items))
         for i, item in enumerate(items):
             self.fb.store(self._int_of(item), I64, self.fb.gep(array, i))
         return array
@@ -510,7 +512,7 @@ class HostProgramLowering:
             value = self.values[operand]
             if i in positions and value.kind in ("int", "float", "bool"):
                 tag, bits = self._scalar_slot(value)
-                out = self.fb.alloca(1, PTR, "scalar")
+                out = self.fb.scratch(1)
                 status = self.fb.call(abi.SCALAR_TENSOR, [self.fb.const(tag), bits, out])
                 assert status is not None
                 self.fb.check_zero(status)
@@ -520,7 +522,7 @@ class HostProgramLowering:
     def _encode_operands(self, op: ir.Operation, replaced: dict[int, _Lowered] | None = None) -> str:
         """A stack array of the op's operands as (tag, value) pairs, the runtime's argument encoding."""
         fb = self.fb
-        args = fb.alloca(2 * len(op.operands), I64, "args")
+        args = fb.scratch(2 * len(op.operands))
         for i, operand in enumerate(op.operands):
             tag, value = self._encode((replaced or {}).get(i) or self.values[operand], operand)
             fb.store(fb.const(tag), I64, fb.gep(args, 2 * i))
@@ -545,7 +547,7 @@ class HostProgramLowering:
             n = len(value.items)
             if value.elem in ("!torch.list<int>", "!torch.list<bool>"):
                 return abi.TAG_INT_LIST | (n << abi.ARG_LENGTH_SHIFT), _ptr_to_int(fb, self._int_array(value.items))
-            array = fb.alloca(n, PTR, "tensors")
+            array = fb.scratch(n)
             optional = "optional" in value.elem
             for i, item in enumerate(value.items):
                 handle = fb.null() if item.kind == "none" else item.ssa
@@ -652,26 +654,35 @@ class HostProgramLowering:
 class _HandleTable:
     """A stack table of pointers that the failure block releases (owned tensors, new Python references).
 
-    Slots are numbered as they are used; the table is sized and null-initialized in the entry block when
-    the function is finished, so its size need not be known in advance."""
+    Slots are numbered as they are used, and a forgotten one (nulled where its pointer was released or handed
+    on) is used again: the table is as large as the most pointers held at once, not as the program's count of
+    them. In straight-line code a slot holds, at any failure, the last pointer stored into it, live or null. The
+    table is sized and null-initialized in the entry block when the function is finished, so its size need not be
+    known in advance."""
 
     def __init__(self, fb: FunctionBuilder, hint: str, release: Extern) -> None:
         self.fb = fb
         self.hint = hint
         self.release = release
         self.size = 0
+        self.free: list[int] = []  # forgotten slots, the most recent last
 
     def slot_ptr(self, slot: int) -> str:
         return f"%{self.hint}_slot{slot}"
 
     def hold(self, value: str) -> int:
-        slot = self.size
-        self.size += 1
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.size
+            self.size += 1
         self.fb.store(value, PTR, self.slot_ptr(slot))
         return slot
 
     def forget(self, slot: int) -> None:
+        assert slot not in self.free, f"{self.hint} slot {slot} forgotten twice"  # a later holder's would be nulled
         self.fb.store(self.fb.null(), PTR, self.slot_ptr(slot))
+        self.free.append(slot)
 
     def finish(self) -> None:
         if self.size == 0:

@@ -121,7 +121,7 @@ def emit_pooled(
     tensor handle.
 
     int_array(list operand) -> pointer to its ints; operand_ssa(operand) -> its lowered SSA value."""
-    out = fb.alloca(1, PTR, "pooled")
+    out = fb.scratch(1)
     args = [literal(v) for v in op.operands]
     if kind == "matmul":  # mm(a, b) or addmm(bias, a, b)
         operands = [operand_ssa(v) for v in op.operands[:3]]
