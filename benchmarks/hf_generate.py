@@ -14,14 +14,17 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
                the model's own ATen kernels in a CUDA graph behind Dynamo's guards (cudagraph trees), the same
                device work as trident_jit's replay; dynamic cache: `torch.compile(model.forward, backend="cudagraphs")`
   trident_jit  trident.jit(model).generate(..., disable_compile=True), with the cache generate makes each call
+  trident_jit_cache  (static cache) the same with one StaticCache the system passes every generate, reset() before
+               each: its tensors keep their addresses, so the recorded graph keeps replaying (transformers makes a
+               new cache per generate, which a graph must record again wherever the allocator puts it)
   hand_graph   (static cache, CUDA) one decode step of the model captured by hand as a CUDA graph and replayed:
                the device time of a step, the floor for every system above
   graphed_loop (static cache, CUDA) generate(..., disable_compile=True) with one StaticCache it passes itself,
                whose decode forwards copy their inputs into a CUDA graph of the step captured by hand and replay
                it: HF's own loop around that device time, the floor of any system inside generate (the loop
                syncs on the device every token, so its host time between two forwards is not hidden)
-ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after one
-warm-up generate (which compiles). Prints a table and writes JSON with the machine and versions.
+ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after two
+warm-up generates (which compile: `tokens` new tokens, then 1). Prints a table and writes JSON with the machine and versions.
 """
 from __future__ import annotations
 
@@ -51,8 +54,10 @@ MODELS = {  # Llama-3.2-1B's and Qwen2.5-1.5B's shapes; tiny: a CPU smoke size
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True),
 }
-SYSTEMS = ("eager", "hf_compiled", "inductor", "cudagraphs", "backend", "trident_jit", "graphed_loop")
-MAX_CACHE_LEN = 256  # the static cache a trident_jit run passes itself: prompt + new tokens at most
+SYSTEMS = ("eager", "hf_compiled", "inductor", "cudagraphs", "backend", "trident_jit", "trident_jit_cache",
+           "graphed_loop")
+OWN_CACHE = ("trident_jit_cache", "graphed_loop")  # systems that pass generate one StaticCache of their own
+MAX_CACHE_LEN = 256  # the static cache a system passes itself: prompt + new tokens at most
 
 
 def build_model(name: str, device: torch.device, liger: bool = False) -> Any:
@@ -83,10 +88,15 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
     import trident
 
     kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0}
-    if cache == "static":
+    own_cache = system in OWN_CACHE
+    if own_cache and cache != "static":
+        raise ValueError(f"{system} passes its own StaticCache: the static cache only")
+    if own_cache:  # one cache for every generate, reset in place before each: its tensors keep their addresses
+        kwargs["past_key_values"] = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    elif cache == "static":
         kwargs["cache_implementation"] = "static"
     ready = model
-    if system == "trident_jit":
+    if system in ("trident_jit", "trident_jit_cache"):
         ready = trident.jit(model)
     elif system == "backend" and cache == "dynamic":
         model.forward = torch.compile(model.forward, backend=trident.dynamo.backend)
@@ -95,17 +105,15 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
     elif system == "cudagraphs" and cache == "dynamic":
         model.forward = torch.compile(model.forward, backend="cudagraphs")
     elif system == "graphed_loop":
-        if cache != "static" or next(model.parameters()).device.type != "cuda":
-            raise ValueError("graphed_loop needs the static cache on CUDA")
-        kwargs.pop("cache_implementation")
-        kwargs["past_key_values"] = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+        if next(model.parameters()).device.type != "cuda":
+            raise ValueError("graphed_loop replays a CUDA graph: CUDA only")
         model.forward = GraphedDecode(model.forward)
 
     def run(ids: torch.Tensor, n: int) -> torch.Tensor:
         extra: dict[str, Any] = {}
-        if system == "graphed_loop":
-            kwargs["past_key_values"].reset()  # zeroed in place: the graphs keep its addresses
-        if system in ("eager", "trident_jit", "inductor", "graphed_loop") or (system == "cudagraphs" and cache == "dynamic"):
+        if own_cache:
+            kwargs["past_key_values"].reset()
+        if system in ("eager", "inductor", *OWN_CACHE, "trident_jit") or (system == "cudagraphs" and cache == "dynamic"):
             extra["disable_compile"] = True  # HF would compile the forward itself (again)
         elif system == "cudagraphs":
             extra["compile_config"] = transformers.CompileConfig(backend="cudagraphs", mode=None)
@@ -161,11 +169,12 @@ _EXPLAIN_LINES = ("trident.jit", "specialization", "CUDA graph", "replay plan", 
 
 
 def replay_phases(ready: Any, generate: Callable[[], Any], device: torch.device) -> dict[str, float]:
-    """Host µs per replayed decode step by phase over one more generate (the recordings' own timers:
+    """Host µs per replayed decode step by phase over one more generate after another (the recordings' own timers:
     benchmarks/llm/host_profile.py says what each phase is), and `generate_loop`: the generate's wall time per
     replay outside the replays (HF's Python between forwards, the entry's binding and guards, the prefill)."""
     from benchmarks.llm.host_profile import recordings, timed_phases
 
+    generate()  # one untimed: a cache of a new generate that lands elsewhere records here, and is timed after
     recs = recordings(ready)
     for r in recs:
         r.time_replays(True)
@@ -231,6 +240,8 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
             wanted = [s for s in SYSTEMS if s in args.systems.split(",")]
             if device.type != "cuda" or cache != "static":
                 wanted = [s for s in wanted if s != "graphed_loop"]  # a CUDA graph of a static cache's step
+            if cache != "static":
+                wanted = [s for s in wanted if s not in OWN_CACHE]
             for system in wanted:
                 cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
                                          "batch": batch, "system": system}
@@ -240,6 +251,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always")
                         t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
+                        run(ids, 1)  # a second generate may call with another structure (a prefill after reset())
                         rounds = []
                         for _ in range(args.rounds):
                             t_n, tokens = timed(lambda: run(ids, args.tokens), device)
@@ -254,7 +266,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                                                          if str(w.message).startswith("trident:")}))
                     if system == "graphed_loop":
                         cell["graphs_captured"] = len(ready.forward.graphs)
-                    if system == "trident_jit":  # where the host time goes: specializations, graphs, replay plans
+                    if system.startswith("trident_jit"):  # where the host time goes: specializations, graphs, replay plans
                         cell["explain"] = [line for line in trident.explain(ready).splitlines()
                                            if line.lstrip().startswith(_EXPLAIN_LINES)]
                         if device.type == "cuda":
