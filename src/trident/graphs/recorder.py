@@ -103,7 +103,7 @@ def _static_arguments(guards: GuardSet, slots: Sequence[object]) -> list[torch.T
 
 class GraphRecorder:
     """The graph recorder of one jitted function: the entry calls it when a specialization's SpecGraphs wants a
-    recording. `compiled(index)` is specialization `index`'s code."""
+    recording. `specialization(index)` is specialization `index`: its code, and its guards' leaf paths."""
 
     def __init__(self, specialization: Callable[[int], Specialization]) -> None:
         self._specialization = specialization

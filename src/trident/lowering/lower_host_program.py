@@ -619,7 +619,7 @@ class HostProgramLowering:
             assert obj is not None
             slot = self._temp(obj)
             for name, mark in tree.value or ():  # marks the function set on the tensor (capture/results.py)
-                pair = [self.access.constant(self.pool.add(text)) for text in (name, mark)]  # type: ignore[has-type]
+                pair = [self.access.constant(self.pool.add(text)) for text in (name, mark)]
                 ok = fb.call(abi.STATE_WRITE, [obj, *pair])
                 assert ok is not None
                 fb.check_nonzero(ok)
