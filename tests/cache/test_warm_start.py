@@ -428,3 +428,41 @@ def test_a_record_compiled_without_a_replay_plan_is_not_loaded_with_the_knob_on(
             jitted(x)
         assert compiles() == 2, trident.explain(jitted)
     assert isinstance(jitted._trident.specializations[0].compiled.artifact.replay_plan, ReplayPlan)
+
+
+class _Cache:
+    """A state object that allocates its buffer at the first update, as a Hugging Face StaticCache does."""
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "buffer"):
+            self.buffer = torch.zeros_like(x)
+        self.buffer.add_(x)
+        return self.buffer * 2
+
+
+def _step(cache: _Cache, x: torch.Tensor) -> torch.Tensor:
+    return cache.update(x)
+
+
+def test_a_call_that_compiles_or_loads_keeps_none_of_its_arguments(disk_cache: Path) -> None:
+    """After the call returns, nothing of its compile or of its load holds what it was given, not even in a
+    reference cycle until the garbage collector runs: a Hugging Face generate()'s cache is megabytes of device
+    memory, and the next generate()'s cache can take its addresses only once it is freed (a recorded CUDA graph
+    holds those addresses, so a cache that lands elsewhere records again)."""
+    import gc
+    import weakref
+
+    for how in ("compiled", "loaded from the disk cache"):
+        jitted = trident.jit(_step)
+        cache, x = _Cache(), torch.randn(4)
+        gc.collect()
+        gc.disable()  # a cycle would survive until the collector ran: it must not be needed
+        try:
+            with torch.no_grad():
+                jitted(cache, x)
+            refs = [weakref.ref(obj) for obj in (cache, cache.buffer, x)]
+            del cache, x
+            assert [r() for r in refs] == [None, None, None], how
+        finally:
+            gc.enable()
+        assert how in trident.explain(jitted) and jitted._trident.eager_calls == 0  # type: ignore[attr-defined]

@@ -165,4 +165,6 @@ def guard_accepts(guard_address: int, context_address: int, slots: Sequence[obje
     """Run a specialization's native guard on bound argument values (parameter order, defaults applied), before
     the specialization joins an entry: an entry cannot drop one specialization again."""
     array = (ctypes.py_object * max(len(slots), 1))(*slots) if slots else (ctypes.py_object * 1)()
-    return bool(_GUARD(guard_address)(context_address, ctypes.cast(array, ctypes.c_void_p)))
+    # addressof, not ctypes.cast: a cast's result and the array refer to each other, a cycle that would keep the
+    # call's arguments (a Hugging Face cache, megabytes of device memory) alive until the garbage collector runs.
+    return bool(_GUARD(guard_address)(context_address, ctypes.addressof(array)))

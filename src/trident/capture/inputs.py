@@ -159,38 +159,41 @@ def describe_call(param_names: Sequence[str], values: Sequence[object]) -> CallF
     leaves: list[Leaf] = []
     sequences: list[SequenceFact] = []
     walked: set[int] = set()  # state objects walked so far: one reached again is an object leaf
-
-    def walk(value: object, path: LeafPath) -> None:
-        if _is_argument_dict(value):
-            keys = tuple(value)  # type: ignore[arg-type]
-            sequences.append(SequenceFact(path, abi.SEQ_DICT, len(keys), keys))
-            for i, (key, item) in enumerate(value.items()):  # type: ignore[attr-defined]
-                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{key!r}]"))
-            return
-        if type(value) in (tuple, list):
-            kind = abi.SEQ_TUPLE if type(value) is tuple else abi.SEQ_LIST
-            sequences.append(SequenceFact(path, kind, len(value)))  # type: ignore[arg-type]
-            for i, item in enumerate(value):  # type: ignore[arg-type]
-                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{i}]"))
-            return
-        if id(value) not in walked and _walkable_state(value, walked):
-            walked.add(id(value))
-            attributes = vars(value)
-            cls = type(value)
-            sequences.append(SequenceFact(path, abi.SEQ_OBJECT, len(attributes), tuple(attributes), cls,
-                                          SequenceFact.name_of(cls)))
-            for i, (key, item) in enumerate(list(attributes.items())):
-                walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}.{key}"))
-            return
-        kind = classify(value)
-        fact = tensor_fact(value) if kind is LeafKind.TENSOR else None  # type: ignore[arg-type]
-        if kind is LeafKind.TENSOR and fact is None:
-            kind = LeafKind.OBJECT  # subclasses, sparse, meta: never handled natively as tensors
-        leaves.append(Leaf(path, kind, value, fact))
-
     for i, (name, value) in enumerate(zip(param_names, values)):
-        walk(value, LeafPath(i, (), name))
+        _walk(value, LeafPath(i, (), name), leaves, sequences, walked)
     return CallFacts(tuple(leaves), tuple(sequences))
+
+
+def _walk(value: object, path: LeafPath, leaves: list[Leaf], sequences: list[SequenceFact], walked: set[int]) -> None:
+    """describe_call's walk of one value. A module-level function, not a closure that calls itself: such a closure
+    is a reference cycle that would keep the call's arguments (a cache's tensors) alive until the garbage collector
+    ran, and a CUDA graph recorded on the next call's cache would find it elsewhere."""
+    if _is_argument_dict(value):
+        keys = tuple(value)  # type: ignore[arg-type]
+        sequences.append(SequenceFact(path, abi.SEQ_DICT, len(keys), keys))
+        for i, (key, item) in enumerate(value.items()):  # type: ignore[attr-defined]
+            _walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{key!r}]"), leaves, sequences, walked)
+        return
+    if type(value) in (tuple, list):
+        kind = abi.SEQ_TUPLE if type(value) is tuple else abi.SEQ_LIST
+        sequences.append(SequenceFact(path, kind, len(value)))  # type: ignore[arg-type]
+        for i, item in enumerate(value):  # type: ignore[arg-type]
+            _walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}[{i}]"), leaves, sequences, walked)
+        return
+    if id(value) not in walked and _walkable_state(value, walked):
+        walked.add(id(value))
+        attributes = vars(value)
+        cls = type(value)
+        sequences.append(SequenceFact(path, abi.SEQ_OBJECT, len(attributes), tuple(attributes), cls,
+                                      SequenceFact.name_of(cls)))
+        for i, (key, item) in enumerate(list(attributes.items())):
+            _walk(item, LeafPath(path.param, path.items + (i,), f"{path.name}.{key}"), leaves, sequences, walked)
+        return
+    kind = classify(value)
+    fact = tensor_fact(value) if kind is LeafKind.TENSOR else None  # type: ignore[arg-type]
+    if kind is LeafKind.TENSOR and fact is None:
+        kind = LeafKind.OBJECT  # subclasses, sparse, meta: never handled natively as tensors
+    leaves.append(Leaf(path, kind, value, fact))
 
 
 # A state object is walked only when everything below it is small: a call's guards read every leaf it has.
@@ -265,19 +268,26 @@ _NOT_STATE = (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.Funct
 def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]) -> list[object]:
     """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`). State
     objects are the objects themselves, holding what `installed_in_state` put there."""
-    def build(value: object, path: LeafPath) -> object:
-        if _is_argument_dict(value):
-            return {k: build(v, LeafPath(path.param, path.items + (i,), "")) for i, (k, v) in enumerate(value.items())}  # type: ignore[attr-defined]
-        if type(value) in (tuple, list):
-            items = [build(item, LeafPath(path.param, path.items + (i,), "")) for i, item in enumerate(value)]  # type: ignore[arg-type]
-            return tuple(items) if type(value) is tuple else items
-        if _key(path) in objects:
-            return value
-        return by_path[_key(path)]
-
     by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
     objects = {_key(s.path) for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
-    return [build(v, LeafPath(i, (), "")) for i, v in enumerate(values)]
+    return [_rebuild(v, LeafPath(i, (), ""), by_path, objects) for i, v in enumerate(values)]
+
+
+def _rebuild(
+    value: object, path: LeafPath, by_path: dict[tuple[int, tuple[int, ...]], object],
+    objects: set[tuple[int, tuple[int, ...]]],
+) -> object:  # fmt: skip
+    """rebuild_arguments' walk of one value (a function of its own: a closure calling itself is a cycle)."""
+    if _is_argument_dict(value):
+        return {k: _rebuild(v, LeafPath(path.param, path.items + (i,), ""), by_path, objects)
+                for i, (k, v) in enumerate(value.items())}  # type: ignore[attr-defined]
+    if type(value) in (tuple, list):
+        items = [_rebuild(item, LeafPath(path.param, path.items + (i,), ""), by_path, objects)
+                 for i, item in enumerate(value)]  # type: ignore[arg-type]
+        return tuple(items) if type(value) is tuple else items
+    if _key(path) in objects:
+        return value
+    return by_path[_key(path)]
 
 
 def state_attribute_names(sequences: Iterable[SequenceFact]) -> dict[tuple[int, tuple[int, ...]], tuple[str, ...]]:
@@ -324,54 +334,61 @@ def installed_in_state(
     the function assigned (the trace records those assignments: InstalledState.assigned); the lists and dicts
     inside get their own values back where they still hold what was put there (what the function changed in
     them is the caller's to see: user_state.py)."""
-    by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
-    names = {_key(s.path): s.path for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
-    written: list[tuple[object, object, object, object]] = []  # (list or dict, key, own value, put there)
-    installed = InstalledState()
-
-    def install(value: object, path: LeafPath, inside_state: bool) -> object:
-        key = _key(path)
-        if key in by_path:
-            return by_path[key]
-        if key in names:
-            own = dict(vars(value))
-            put = {k: install(item, LeafPath(path.param, path.items + (i,), ""), True)
-                   for i, (k, item) in enumerate(own.items())}
-            installed.objects.append((names[key], value, own, put))
-            vars(value).update(put)
-            return value
-        if inside_state and type(value) in (list, dict):
-            entries = list(value.items()) if type(value) is dict else list(enumerate(value))  # type: ignore[union-attr,arg-type]
-            for i, (k, item) in enumerate(entries):
-                new = install(item, LeafPath(path.param, path.items + (i,), ""), True)
-                if new is not item:
-                    written.append((value, k, item, new))
-                    value[k] = new  # type: ignore[index]
-            return value
-        # A tuple (rebuilt), or a container outside every state object (rebuild_arguments rebuilds it).
-        items = list(value.values()) if type(value) is dict else list(value)  # type: ignore[union-attr,call-overload]
-        new_items = [install(item, LeafPath(path.param, path.items + (i,), ""), inside_state)
-                     for i, item in enumerate(items)]
-        if type(value) is tuple and any(a is not b for a, b in zip(new_items, items)):
-            return tuple(new_items)
-        return value
-
+    installer = _Installer(facts, leaf_values)
     try:
-        if names:
+        if installer.names:
             for i, value in enumerate(values):
-                install(value, LeafPath(i, (), ""), False)
-        yield installed
+                installer.install(value, LeafPath(i, (), ""), False)
+        yield installer.installed
     finally:
-        for store, k, own, put in reversed(written):
+        for store, k, own, put in reversed(installer.written):
             try:
                 if store[k] is put:  # type: ignore[index]
                     store[k] = own  # type: ignore[index]
             except (IndexError, KeyError):
                 continue  # the function removed it: that is its change to make
-        for _, obj, own, _ in installed.objects:
+        for _, obj, own, _ in installer.installed.objects:
             attributes = vars(obj)
             attributes.clear()
             attributes.update(own)
+
+
+class _Installer:
+    """installed_in_state's walk, an object rather than a closure that calls itself: such a closure is a reference
+    cycle, which would keep the call's objects (a cache and its tensors) alive until the garbage collector ran."""
+
+    def __init__(self, facts: CallFacts, leaf_values: Sequence[object]) -> None:
+        self.by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+        self.names = {_key(s.path): s.path for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
+        self.written: list[tuple[object, object, object, object]] = []  # (list or dict, key, own value, put there)
+        self.installed = InstalledState()
+
+    def install(self, value: object, path: LeafPath, inside_state: bool) -> object:
+        key = _key(path)
+        if key in self.by_path:
+            return self.by_path[key]
+        if key in self.names:
+            own = dict(vars(value))
+            put = {k: self.install(item, LeafPath(path.param, path.items + (i,), ""), True)
+                   for i, (k, item) in enumerate(own.items())}
+            self.installed.objects.append((self.names[key], value, own, put))
+            vars(value).update(put)
+            return value
+        if inside_state and type(value) in (list, dict):
+            entries = list(value.items()) if type(value) is dict else list(enumerate(value))  # type: ignore[union-attr,arg-type]
+            for i, (k, item) in enumerate(entries):
+                new = self.install(item, LeafPath(path.param, path.items + (i,), ""), True)
+                if new is not item:
+                    self.written.append((value, k, item, new))
+                    value[k] = new  # type: ignore[index]
+            return value
+        # A tuple (rebuilt), or a container outside every state object (rebuild_arguments rebuilds it).
+        items = list(value.values()) if type(value) is dict else list(value)  # type: ignore[union-attr,call-overload]
+        new_items = [self.install(item, LeafPath(path.param, path.items + (i,), ""), inside_state)
+                     for i, item in enumerate(items)]
+        if type(value) is tuple and any(a is not b for a, b in zip(new_items, items)):
+            return tuple(new_items)
+        return value
 
 
 def _is_argument_dict(value: object) -> bool:
