@@ -454,15 +454,16 @@ def test_a_call_that_compiles_or_loads_keeps_none_of_its_arguments(disk_cache: P
 
     for how in ("compiled", "loaded from the disk cache"):
         jitted = trident.jit(_step)
-        cache, x = _Cache(), torch.randn(4)
-        gc.collect()
-        gc.disable()  # a cycle would survive until the collector ran: it must not be needed
-        try:
-            with torch.no_grad():
-                jitted(cache, x)
-            refs = [weakref.ref(obj) for obj in (cache, cache.buffer, x)]
-            del cache, x
-            assert [r() for r in refs] == [None, None, None], how
-        finally:
-            gc.enable()
+        for call in ("the first call", "a hit"):
+            cache, x = _Cache(), torch.randn(4)
+            gc.collect()
+            gc.disable()  # a cycle would survive until the collector ran: it must not be needed
+            try:
+                with torch.no_grad():
+                    jitted(cache, x)
+                refs = [weakref.ref(obj) for obj in (cache, cache.buffer, x)]
+                del cache, x
+                assert [r() for r in refs] == [None, None, None], (how, call)
+            finally:
+                gc.enable()
         assert how in trident.explain(jitted) and jitted._trident.eager_calls == 0  # type: ignore[attr-defined]
