@@ -24,7 +24,8 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
                it: HF's own loop around that device time, the floor of any system inside generate (the loop
                syncs on the device every token, so its host time between two forwards is not hidden)
 ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after two
-warm-up generates (which compile: `tokens` new tokens, then 1). Prints a table and writes JSON with the machine and versions.
+warm-up generates (which compile: `tokens` new tokens, then 1). Prints a table and writes JSON with the machine and
+versions, and a plot next to it where matplotlib is importable (`--plot-only` plots result files made before).
 """
 from __future__ import annotations
 
@@ -310,6 +311,40 @@ def table(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def plot(cells: list[dict[str, Any]], info: dict[str, Any], path: Path) -> str:
+    """A bar chart of ms per token, one panel per (cache, batch), the hand graph's device time as a line; the
+    machine and versions in the title. Written only where matplotlib is importable."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "note: matplotlib is not importable; no plot written"
+    panels = sorted({(c["cache"], c["batch"]) for c in cells if c.get("ms_per_token")}, key=str)
+    if not panels:
+        return "note: no cells to plot"
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
+    for ax, (cache, batch) in zip(axes[0], panels):
+        same = {c["system"]: c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c.get("ms_per_token")}
+        names = [s for s in (*SYSTEMS, "hand_graph") if s in same and s != "hand_graph"]
+        bars = ax.bar(names, [same[s]["ms_per_token"] for s in names], color="#4c72b0")
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        if "hand_graph" in same:
+            ax.axhline(same["hand_graph"]["ms_per_token"], color="#c44e52", linestyle="--",
+                       label="device time (hand graph)")
+            ax.legend(fontsize=7)
+        ax.set_title(f"{cells[0]['model']}, {cache} cache, batch {batch}", fontsize=9)
+        ax.set_ylabel("ms / new token")
+        ax.tick_params(axis="x", labelrotation=40, labelsize=7)
+    versions = ", ".join(f"{k} {info.get(k)}" for k in ("torch", "triton", "transformers") if info.get(k))
+    fig.suptitle(f"HF generate: {info.get('gpu') or info.get('cpu')}; {versions}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="llama-1b" if torch.cuda.is_available() else "tiny", choices=sorted(MODELS))
@@ -320,8 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--liger", action="store_true", help="apply liger-kernel's Triton kernels to the model first")
-    p.add_argument("--out", type=Path)
+    p.add_argument("--out", type=Path, help="the JSON; the plot goes next to it (.png)")
+    p.add_argument("--plot-only", type=Path, nargs="+", metavar="JSON",
+                   help="write the table and plot of result files made before, measuring nothing")
     args = p.parse_args(argv)
+    if args.plot_only:
+        for path in args.plot_only:
+            data = json.loads(path.read_text())
+            print(table(data["cells"]))
+            print(plot(data["cells"], data["machine"], path.with_suffix(".png")))
+        return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     info = machine(device)
     print(json.dumps(info), flush=True)
@@ -329,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(cells))
     if args.out:
         args.out.write_text(json.dumps({"machine": info, "argv": sys.argv[1:], "cells": cells}, indent=1))
+        print(plot(cells, info, args.out.with_suffix(".png")))
     return 0
 
 

@@ -71,12 +71,18 @@ def test_dynamo_overhead_runs(tmp_path: Path) -> None:
 
 def test_hf_generate_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    run_benchmark("hf_generate.py", "--model", "tiny", "--cache", "static", "--systems",
-                  "eager,hf_compiled,cudagraphs,backend,trident_jit", "--tokens", "3", "--rounds", "1",
-                  "--out", str(out))
+    result = run_benchmark("hf_generate.py", "--model", "tiny", "--cache", "static", "--systems",
+                           "eager,hf_compiled,cudagraphs,backend,trident_jit,trident_jit_cache", "--tokens", "3",
+                           "--rounds", "1", "--out", str(out))
     cells = json.loads(out.read_text())["cells"]
-    assert [c["system"] for c in cells] == ["eager", "hf_compiled", "cudagraphs", "backend", "trident_jit"]
+    systems = ["eager", "hf_compiled", "cudagraphs", "backend", "trident_jit", "trident_jit_cache"]
+    assert [c["system"] for c in cells] == systems
     assert all(c["status"] == "ok" and c["tokens_equal_eager"] for c in cells), cells
+    # The plot is written where matplotlib is importable, and says so where it is not.
+    plotted = f"plot: {out.with_suffix('.png')}" in result.stdout
+    assert plotted == out.with_suffix(".png").exists() and (plotted or "no plot written" in result.stdout)
+    again = run_benchmark("hf_generate.py", "--plot-only", str(out))
+    assert "| static | 1 | trident_jit_cache |" in again.stdout, again.stdout
 
 
 def test_hf_token_time_runs(tmp_path: Path) -> None:
