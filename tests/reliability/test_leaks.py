@@ -275,14 +275,53 @@ def test_errors_on_the_hit_path_leak_nothing() -> None:
     assert min(heap) < HEAP_BYTES_PER_CALL, f"the native heap grew by {heap} bytes per failing call"
 
 
-# The specialization keeps facts about the compiling call, not its tensors.
+# The specialization keeps facts about the compiling call, not its tensors; and nothing of the capture holds them
+# in a reference cycle either, which would keep them (a Hugging Face cache: megabytes of device memory, whose
+# addresses the next call's cache could take) until the garbage collector runs.
 def test_inputs_of_the_compiling_call_are_not_retained() -> None:
     f = trident.jit(returns_new)
     x, xs, n, s = arguments()
     refs = [weakref.ref(t) for t in (x, xs[0], xs[1])]
-    with torch.no_grad():
-        out = f(x, xs, n, s)
-    assert f._trident.misses == 1
-    del x, xs, out
     gc.collect()
-    assert [r() is None for r in refs] == [True] * 3
+    gc.disable()
+    try:
+        with torch.no_grad():
+            out = f(x, xs, n, s)
+        assert f._trident.misses == 1
+        del x, xs, out
+        assert [r() is None for r in refs] == [True] * 3
+    finally:
+        gc.enable()
+
+
+class _Cache:
+    """A state object that allocates its buffer at its first update, as a Hugging Face StaticCache does."""
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "buffer"):
+            self.buffer = torch.zeros_like(x)
+        self.buffer.add_(x)
+        return self.buffer * 2
+
+
+def _refused(cache: _Cache, x: torch.Tensor) -> torch.Tensor:
+    return cache.update(x) + float(x.numpy().sum())  # reading a tensor's data in Python: the capture refuses it
+
+
+def test_inputs_of_a_refused_capture_are_not_retained() -> None:
+    """A capture that fails runs the call eagerly; its exception's traceback holds the tracing modes, which held the
+    call's tensors until the garbage collector ran."""
+    from trident.testing import expect_fallback
+
+    f = trident.jit(_refused)
+    cache, x = _Cache(), torch.randn(4)
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.no_grad(), expect_fallback("numpy", function="_refused"):
+            f(cache, x)
+        refs = [weakref.ref(obj) for obj in (cache, cache.buffer, x)]
+        del cache, x
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()

@@ -646,11 +646,16 @@ def _trace_once(
     # A lazy GraphModule generates its Python code when it is first read or called, not at each recompile():
     # the passes below edit the graph three times, and the lowering reads only the graph (generating the code
     # of a 28-layer model's graph took 0.2 s each time).
-    with registered_during_capture() as registrations, _translate_capture_errors(), _quiet_meta_functions(), \
-            torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), symbolic_math(), \
-            watch_float_folds() as folded, library_branches(is_ours), fake_mode, mode, _use_lazy_graph_module(True):
-        gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
-    truths.release()  # the compiling call's tensors: a specialization must not keep them alive
+    try:
+        with registered_during_capture() as registrations, _translate_capture_errors(), _quiet_meta_functions(), \
+                torch.inference_mode(False), torch.no_grad(), _tracing(), intercept_triton_launches(), \
+                symbolic_math(), watch_float_folds() as folded, library_branches(is_ours), fake_mode, mode, \
+                _use_lazy_graph_module(True):
+            gm = make_fx(flat_fn, tracing_mode="real", _allow_non_fake_inputs=True)(*[fakes[i] for i in traced])
+    finally:
+        # The compiling call's tensors: neither a specialization nor a failed capture's exception (whose traceback
+        # holds the tracing modes, which refer to this object) may keep them alive.
+        truths.release()
     see_through_holder[0].check()  # a refusal the function itself caught still retries
     registrations.settle(see_through_holder[0].report)
     remember_constant_computations(gm, mode.real_of, mode.produced)
