@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers_native import LazyCache
 
 import trident
 from trident.artifact import ReplayPlan
@@ -430,17 +431,7 @@ def test_a_record_compiled_without_a_replay_plan_is_not_loaded_with_the_knob_on(
     assert isinstance(jitted._trident.specializations[0].compiled.artifact.replay_plan, ReplayPlan)
 
 
-class _Cache:
-    """A state object that allocates its buffer at the first update, as a Hugging Face StaticCache does."""
-
-    def update(self, x: torch.Tensor) -> torch.Tensor:
-        if not hasattr(self, "buffer"):
-            self.buffer = torch.zeros_like(x)
-        self.buffer.add_(x)
-        return self.buffer * 2
-
-
-def _step(cache: _Cache, x: torch.Tensor) -> torch.Tensor:
+def _step(cache: LazyCache, x: torch.Tensor) -> torch.Tensor:
     return cache.update(x)
 
 
@@ -455,7 +446,7 @@ def test_a_call_that_compiles_or_loads_keeps_none_of_its_arguments(disk_cache: P
     for how in ("compiled", "loaded from the disk cache"):
         jitted = trident.jit(_step)
         for call in ("the first call", "a hit"):
-            cache, x = _Cache(), torch.randn(4)
+            cache, x = LazyCache(), torch.randn(4)
             gc.collect()
             gc.disable()  # a cycle would survive until the collector ran: it must not be needed
             try:

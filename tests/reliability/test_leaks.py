@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from helpers_native import LazyCache
 
 import trident
 from trident.knobs import override
@@ -294,17 +295,7 @@ def test_inputs_of_the_compiling_call_are_not_retained() -> None:
         gc.enable()
 
 
-class _Cache:
-    """A state object that allocates its buffer at its first update, as a Hugging Face StaticCache does."""
-
-    def update(self, x: torch.Tensor) -> torch.Tensor:
-        if not hasattr(self, "buffer"):
-            self.buffer = torch.zeros_like(x)
-        self.buffer.add_(x)
-        return self.buffer * 2
-
-
-def _refused(cache: _Cache, x: torch.Tensor) -> torch.Tensor:
+def _refused(cache: LazyCache, x: torch.Tensor) -> torch.Tensor:
     return cache.update(x) + float(x.numpy().sum())  # reading a tensor's data in Python: the capture refuses it
 
 
@@ -314,7 +305,7 @@ def test_inputs_of_a_refused_capture_are_not_retained() -> None:
     from trident.testing import expect_fallback
 
     f = trident.jit(_refused)
-    cache, x = _Cache(), torch.randn(4)
+    cache, x = LazyCache(), torch.randn(4)
     gc.collect()
     gc.disable()
     try:
