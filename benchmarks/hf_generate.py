@@ -114,7 +114,9 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
         extra: dict[str, Any] = {}
         if own_cache:
             kwargs["past_key_values"].reset()
-        if system in ("eager", "inductor", *OWN_CACHE, "trident_jit") or (system == "cudagraphs" and cache == "dynamic"):
+        if system in ("eager", "inductor", "trident_jit", *OWN_CACHE) or (
+            system == "cudagraphs" and cache == "dynamic"
+        ):  # fmt: skip
             extra["disable_compile"] = True  # HF would compile the forward itself (again)
         elif system == "cudagraphs":
             extra["compile_config"] = transformers.CompileConfig(backend="cudagraphs", mode=None)
@@ -148,21 +150,30 @@ class GraphedDecode:
         if key not in self.graphs:
             from benchmarks.llm.hand_graph import capture_by_hand
 
-            # The runs before the capture advance the cache's position tensors (a StaticLayer's
-            # cumulative_length, added to in place); they are put back, so the first replay is this step.
-            layers = getattr(kwargs["past_key_values"], "layers", ())
-            positions = [(layer.cumulative_length, layer.cumulative_length.clone()) for layer in layers
-                         if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+            # The runs before the capture advance the cache's positions: put back, the first replay is this step.
+            put_back = positions_kept(kwargs["past_key_values"])
             inputs = {k: kwargs[k].clone() for k in tensors}
             graph, out = capture_by_hand(lambda: self.forward(**{**kwargs, **inputs}))
-            for now, before in positions:
-                now.copy_(before)
+            put_back()
             self.graphs[key] = (graph, inputs, out)
         graph, inputs, out = self.graphs[key]
         for k in tensors:
             inputs[k].copy_(kwargs[k])
         graph.replay()
         return out
+
+
+def positions_kept(cache: Any) -> Callable[[], None]:
+    """A function that puts a static cache's position tensors back as they are now: a StaticLayer's
+    cumulative_length, which every decode step adds to in place."""
+    kept = [(layer.cumulative_length, layer.cumulative_length.clone()) for layer in getattr(cache, "layers", ())
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+
+    def put_back() -> None:
+        for now, before in kept:
+            now.copy_(before)
+
+    return put_back
 
 
 _EXPLAIN_LINES = ("trident.jit", "specialization", "CUDA graph", "replay plan", "last miss", "eager", "runs eagerly",
@@ -202,16 +213,13 @@ def hand_graph_ms(args: argparse.Namespace, batch: int, device: torch.device) ->
     step = lambda: model(**inputs, past_key_values=cache, use_cache=True).logits  # noqa: E731
     with torch.no_grad():
         step()  # the cache's layers are made at their first update
-        # Each step advances the layers' position tensors in place; they go back before every round, so that no
-        # replay writes past the cache's end.
-        positions = [(layer.cumulative_length, layer.cumulative_length.clone()) for layer in cache.layers]
+        put_back = positions_kept(cache)  # before every round, so that no replay writes past the cache's end
         graph, _ = capture_by_hand(step)
         graph.replay()
         torch.cuda.synchronize()
         times = []
         for _ in range(args.rounds):
-            for now, before in positions:
-                now.copy_(before)
+            put_back()
             start = time.perf_counter()
             for _ in range(100):
                 graph.replay()
@@ -239,10 +247,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
             ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
             reference = None
             wanted = [s for s in SYSTEMS if s in args.systems.split(",")]
-            if device.type != "cuda" or cache != "static":
-                wanted = [s for s in wanted if s != "graphed_loop"]  # a CUDA graph of a static cache's step
-            if cache != "static":
+            if cache != "static":  # these pass a StaticCache of their own
                 wanted = [s for s in wanted if s not in OWN_CACHE]
+            if device.type != "cuda":  # a CUDA graph of the step
+                wanted = [s for s in wanted if s != "graphed_loop"]
             for system in wanted:
                 cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
                                          "batch": batch, "system": system}
@@ -267,7 +275,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                                                          if str(w.message).startswith("trident:")}))
                     if system == "graphed_loop":
                         cell["graphs_captured"] = len(ready.forward.graphs)
-                    if system.startswith("trident_jit"):  # where the host time goes: specializations, graphs, replay plans
+                    if system.startswith("trident_jit"):  # where host time goes: specializations, graphs, plans
                         cell["explain"] = [line for line in trident.explain(ready).splitlines()
                                            if line.lstrip().startswith(_EXPLAIN_LINES)]
                         if device.type == "cuda":
@@ -327,7 +335,7 @@ def plot(cells: list[dict[str, Any]], info: dict[str, Any], path: Path) -> str:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
     for ax, (cache, batch) in zip(axes[0], panels):
         same = {c["system"]: c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c.get("ms_per_token")}
-        names = [s for s in (*SYSTEMS, "hand_graph") if s in same and s != "hand_graph"]
+        names = [s for s in SYSTEMS if s in same]
         bars = ax.bar(names, [same[s]["ms_per_token"] for s in names], color="#4c72b0")
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
         if "hand_graph" in same:
