@@ -16,8 +16,8 @@ capture ends, so no module read pays for it otherwise. Recorded are
     keys in order (none added, removed or moved).
   - hooks: each hook present at capture, and one process-wide counter of hook registrations
     (guards/module_state.py hook_guards).
-Not guarded (fixed at capture, as docs/semantics.md states): contents of other mutable containers (lists, dicts) a module
-holds, attributes reached through a class's own __getattribute__.
+Not guarded (fixed at capture, as docs/semantics.md states): contents of other mutable containers (lists, dicts) a
+module holds, attributes reached through a class's own __getattribute__.
 """
 from __future__ import annotations
 

@@ -611,21 +611,19 @@ class HostProgramLowering:
             obj = fb.call(abi.NEW_REF, [self.access.constant(self.pool.add(tree.value))])
         elif tree.kind == "state":
             obj = fb.call(abi.NEW_REF, [self.access.object(tree.value)])  # type: ignore[arg-type]
+        elif tree.kind == "input":
+            obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
         else:
-            if tree.kind == "input":
-                obj = fb.call(abi.NEW_REF, [self.access.object(self.input_paths[tree.index])])
-            else:
-                obj = self._returned_object(returned[tree.index])
-            assert obj is not None
-            slot = self._temp(obj)
+            obj = self._returned_object(returned[tree.index])
+        assert obj is not None
+        slot = self._temp(obj)
+        if tree.kind in ("graph", "input"):
             for name, mark in tree.value or ():  # marks the function set on the tensor (capture/results.py)
                 pair = [self.access.constant(self.pool.add(text)) for text in (name, mark)]
                 ok = fb.call(abi.STATE_WRITE, [obj, *pair])
                 assert ok is not None
                 fb.check_nonzero(ok)
-            return obj, slot
-        assert obj is not None
-        return obj, self._temp(obj)
+        return obj, slot
 
     def _returned_object(self, value: _Lowered) -> str:
         """A new reference to the Python object of one returned value (NULL on failure)."""
