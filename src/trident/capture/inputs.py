@@ -19,7 +19,7 @@ import dataclasses
 import enum
 import functools
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -268,14 +268,17 @@ _NOT_STATE = (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.Funct
 def rebuild_arguments(values: Sequence[object], facts: CallFacts, leaf_values: Sequence[object]) -> list[object]:
     """The argument values with every leaf replaced by leaf_values[i] (same structure as `values`). State
     objects are the objects themselves, holding what `installed_in_state` put there."""
-    by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
-    objects = {_key(s.path) for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
+    by_path, objects = _values_by_path(facts, leaf_values), state_attribute_names(facts.sequences)
     return [_rebuild(v, LeafPath(i, (), ""), by_path, objects) for i, v in enumerate(values)]
 
 
+def _values_by_path(facts: CallFacts, leaf_values: Sequence[object]) -> dict[tuple[int, tuple[int, ...]], object]:
+    return {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+
+
 def _rebuild(
-    value: object, path: LeafPath, by_path: dict[tuple[int, tuple[int, ...]], object],
-    objects: set[tuple[int, tuple[int, ...]]],
+    value: object, path: LeafPath, by_path: Mapping[tuple[int, tuple[int, ...]], object],
+    objects: Mapping[tuple[int, tuple[int, ...]], object],
 ) -> object:  # fmt: skip
     """rebuild_arguments' walk of one value (a function of its own: a closure calling itself is a cycle)."""
     if _is_argument_dict(value):
@@ -358,7 +361,7 @@ class _Installer:
     cycle, which would keep the call's objects (a cache and its tensors) alive until the garbage collector ran."""
 
     def __init__(self, facts: CallFacts, leaf_values: Sequence[object]) -> None:
-        self.by_path = {_key(leaf.path): v for leaf, v in zip(facts.leaves, leaf_values)}
+        self.by_path = _values_by_path(facts, leaf_values)
         self.names = {_key(s.path): s.path for s in facts.sequences if s.kind == abi.SEQ_OBJECT}
         self.written: list[tuple[object, object, object, object]] = []  # (list or dict, key, own value, put there)
         self.installed = InstalledState()
