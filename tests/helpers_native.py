@@ -74,10 +74,12 @@ def same_bits(a: Any, b: Any) -> bool:
 
 
 class LazyCache:
-    """A state object that allocates its buffer at its first update, as a Hugging Face StaticCache does."""
+    """A state object that allocates its buffer at its first update and marks it as living at one address, as a
+    Hugging Face StaticCache does (torch.compile, and Trident's graph recorder, then read it in place)."""
 
     def update(self, x: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, "buffer"):
             self.buffer = torch.zeros_like(x)
+            torch._dynamo.mark_static_address(self.buffer)
         self.buffer.add_(x)
         return self.buffer * 2

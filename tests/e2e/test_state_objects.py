@@ -4,11 +4,9 @@ compiled code. A new object of the same layout runs the same specialization; a c
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
-import pytest
 import torch
-from helpers_native import assert_native, jit_state
+from helpers_native import LazyCache, assert_native, jit_state
 
 import trident
 from trident.testing import count_compiles, expect_fallback
@@ -201,28 +199,12 @@ def test_an_object_the_call_makes_is_returned_as_a_new_one_each_call_and_one_tha
         assert g(torch.randn(3)) is SHARED_ACCUMULATOR
 
 
-class LazyLayer:
-    """Allocates its buffer at its first update and marks it as living at one address, as a Hugging Face
-    StaticLayer does (torch.compile, and Trident's graph recorder, then read it in place)."""
-
-    def __init__(self) -> None:
-        self.initialized = False
-
-    def update(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.initialized:
-            self.buffer = torch.zeros(4, x.shape[0])
-            torch._dynamo.mark_static_address(self.buffer)
-            self.initialized = True
-        self.buffer[0].copy_(x)
-        return self.buffer.sum(0)
-
-
 def test_tensors_the_function_marks_static_are_marked_as_eager_marks_them() -> None:
     """What compiled code makes in place of a tensor the traced function marked with
     torch._dynamo.mark_static_address carries the mark too: the one assigned into the call's object, the one
     returned, and an argument the function marked and returned."""
 
-    def first_update(layer: LazyLayer, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def first_update(layer: LazyCache, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         fresh = x * 2
         torch._dynamo.mark_static_address(fresh)
         torch._dynamo.mark_static_address(y)
@@ -230,7 +212,7 @@ def test_tensors_the_function_marks_static_are_marked_as_eager_marks_them() -> N
 
     jitted = trident.jit(first_update)
     for _ in range(2):  # compiled, then a hit
-        layer, x, y = LazyLayer(), torch.randn(3), torch.randn(3)
+        layer, x, y = LazyCache(), torch.randn(3), torch.randn(3)
         _, fresh, returned = jitted(layer, x, y)
         assert returned is y
         marks = [getattr(t, "_dynamo_static_input_type", None) for t in (layer.buffer, fresh, y)]
