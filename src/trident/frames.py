@@ -1,9 +1,11 @@
 """Where the user's code is on the stack: the innermost frame outside Trident and torch. Warnings name its line
-(user_stacklevel) and capture failures point at it (capture/trace.user_location)."""
+(user_stacklevel) and capture failures point at it (user_location)."""
 from __future__ import annotations
 
+import linecache
 import os
 import sys
+import traceback
 
 import torch
 
@@ -24,3 +26,13 @@ def user_stacklevel() -> int:
     while frame.f_back is not None and in_library(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def user_location(tb: traceback.StackSummary | list[traceback.FrameSummary]) -> str:
+    """'file:line: code' of the innermost frame that belongs to neither torch nor trident."""
+    for frame in reversed(tb):
+        if in_library(frame.filename) or frame.filename.startswith("<"):
+            continue
+        code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+        return f"{frame.filename}:{frame.lineno}: {code}"
+    return "<unknown location>"

@@ -56,7 +56,7 @@ class ValueProgram:
 
 class TruthReads:
     """The truth reads of one trace attempt. `real_inputs`: the real value of each graph placeholder, in order (the
-    traced leaves); `real_of`: id(fake of a live tensor) -> the live tensor (trace._TracingMode's)."""
+    traced leaves); `real_of`: id(fake of a live tensor) -> the live tensor (tracing_mode.TracingMode's)."""
 
     def __init__(self, real_inputs: Sequence[object], real_of: dict[int, torch.Tensor]) -> None:
         self.real_inputs = real_inputs
