@@ -83,3 +83,16 @@ class LazyCache:
             torch._dynamo.mark_static_address(self.buffer)
         self.buffer.add_(x)
         return self.buffer * 2
+
+
+def jit_with_graphs(fn: Any, graphs: bool) -> Any:
+    """trident.jit(fn) with CUDA graph replay on or off for it alone (a graph copy and its direct twin)."""
+    step = trident.jit(fn)
+    step._trident.use_cuda_graphs(graphs)
+    return step
+
+
+def graph_of(step: Any, index: int) -> Any:
+    """Specialization `index`'s most recently replayed CUDA graph recording, or None."""
+    recordings = step._trident.entry.graphs(index).recordings
+    return recordings[0] if recordings else None

@@ -1,6 +1,6 @@
 """Custom ops with list operands: one the tests keep opaque (the graph steps and replay plans of tensors inside a
-list operand: tests/e2e/test_cuda_graphs.py, tests/ir/test_replay_plan.py), and one launching a Triton kernel that
-the tests trace into."""
+list operand: tests/e2e/test_cuda_graph_arguments.py, tests/ir/test_replay_plan.py), and one launching a Triton
+kernel that the tests trace into."""
 from __future__ import annotations
 
 from typing import Optional
