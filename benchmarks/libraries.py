@@ -26,6 +26,12 @@ Cases (bf16 on CUDA, fp32 on CPU; CPU sizes are tiny, for a smoke run):
     flag-gems-enabled  (CUDA) the same step with use_gems() entered around the calls, as flag_gems.enable() at
                  start-up: Trident traces into gems' ATen overrides; reports which ops were traced into or kept
                  opaque and why
+    qwen2-liger-fla  a Qwen2.5-1.5B-shaped step written as model code: liger's norms, RoPE and SwiGLU, fla's
+                 decoding attention with `cu_seqlens = torch.arange(0, n + 1, n)`, n = pos + 1 (batch 1)
+    hf-arange, hf-arange-b8  HF Qwen2ForCausalLM (Qwen2.5-1.5B shape) over a StaticCache with an int position,
+                 `position_ids = torch.arange(pos, pos + 1)`, batch 1 and 8
+    (The last three are the steps of the graph-replay issue's "HF-style step that builds positions with arange":
+    the changing ints reach ATen's arange, not only Triton kernel arguments.)
 
 On CPU, eager launches go through Triton's interpreter per launch (as TRITON_INTERPRET=1 would), and liger's
 RMSNorm kernel gets an interpreter-runnable rsqrt (Triton 3.6's interpreter returns None for libdevice).
@@ -183,6 +189,119 @@ def fla_decoding(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[
     return build, inputs
 
 
+QWEN2_SHAPE = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                   num_attention_heads=12, num_key_value_heads=2, head_dim=128)  # Qwen2.5-1.5B
+TINY_SHAPE = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16)
+
+
+def _device_randn(*shape: int, device: str, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
+    """Random weights made on the device (a 1.5B-parameter model drawn on the host takes minutes)."""
+    generator = torch.Generator(device).manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=generator, device=device)).to(dtype)
+
+
+def qwen2_liger_fla(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+    """A Qwen2.5-1.5B-shaped decode step written as model code is (batch 1, int position): liger's RMSNorm, RoPE
+    and SwiGLU, fla's varlen decoding attention over a cache written at the position, whose sequence offsets are
+    built with `torch.arange(0, n + 1, n)` from the length n = pos + 1, and ATen matmuls with Qwen2's q/k/v bias.
+    At batch 8 the packed keys fla reads (`k_cache[:, :n].reshape(1, 8 * n, ...)`) are a copy whose size changes
+    every step, which no graph can repeat; batch 8 is the `hf-arange-b8` case."""
+    from fla.ops.attn.decoding import attn_decoding_one_step
+    from liger_kernel.transformers import functional
+
+    shape = TINY_SHAPE if tiny else QWEN2_SHAPE
+    hidden, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_attention_heads",
+                                                            "num_key_value_heads", "head_dim"))
+    ffn, vocab, n_layers, max_len = shape["intermediate_size"], shape["vocab_size"], shape["num_hidden_layers"], 1024
+    qkv_out = (heads + 2 * kv_heads) * head_dim
+
+    def build() -> Step:
+        def w(*dims: int, seed: int) -> torch.Tensor:
+            return _device_randn(*dims, device=device, dtype=dtype, seed=seed, scale=dims[-1] ** -0.5)
+
+        embed = _device_randn(vocab, hidden, device=device, dtype=dtype, seed=1)
+        layers = [dict(norm1=1 + 0.1 * _device_randn(hidden, device=device, dtype=dtype, seed=100 * i + 2),
+                       qkv=w(qkv_out, hidden, seed=100 * i + 3),
+                       qkv_bias=0.1 * _device_randn(qkv_out, device=device, dtype=dtype, seed=100 * i + 4),
+                       o=w(hidden, heads * head_dim, seed=100 * i + 5),
+                       norm2=1 + 0.1 * _device_randn(hidden, device=device, dtype=dtype, seed=100 * i + 6),
+                       gate_up=w(2 * ffn, hidden, seed=100 * i + 7), down=w(hidden, ffn, seed=100 * i + 8),
+                       k_cache=torch.zeros(1, max_len, kv_heads, head_dim, device=device, dtype=dtype),
+                       v_cache=torch.zeros(1, max_len, kv_heads, head_dim, device=device, dtype=dtype))
+                  for i in range(n_layers)]
+        final_norm = 1 + 0.1 * _device_randn(hidden, device=device, dtype=dtype, seed=3)
+        inv_freq = 1.0 / (1e6 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+        angles = torch.arange(max_len, device=device).float()[:, None] * inv_freq
+        cos = torch.cat([angles.cos()] * 2, -1)[None].to(dtype)
+        sin = torch.cat([angles.sin()] * 2, -1)[None].to(dtype)
+
+        def step(tokens: torch.Tensor, pos: int) -> torch.Tensor:
+            n = pos + 1
+            cu_seqlens = torch.arange(0, n + 1, n, device=tokens.device)  # [0, n]: one sequence of n keys
+            h = torch.nn.functional.embedding(tokens, embed)  # (1, 1, hidden)
+            for layer in layers:
+                x = functional.liger_rms_norm(h, layer["norm1"], 1e-6)
+                q, k, v = torch.nn.functional.linear(x, layer["qkv"], layer["qkv_bias"]).split(
+                    [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+                q = q.view(1, 1, heads, head_dim).transpose(1, 2)
+                k = k.view(1, 1, kv_heads, head_dim).transpose(1, 2)
+                q, k = functional.liger_rope(q, k, cos[:, pos:pos + 1], sin[:, pos:pos + 1])
+                layer["k_cache"][:, pos] = k[:, :, 0]
+                layer["v_cache"][:, pos] = v.view(1, kv_heads, head_dim)
+                o = attn_decoding_one_step(q.transpose(1, 2), layer["k_cache"][:, :n], layer["v_cache"][:, :n],
+                                           cu_seqlens=cu_seqlens)
+                h = h + torch.nn.functional.linear(o.reshape(1, 1, heads * head_dim), layer["o"])
+                x = functional.liger_rms_norm(h, layer["norm2"], 1e-6)
+                gate, up = torch.nn.functional.linear(x, layer["gate_up"]).chunk(2, -1)
+                h = h + torch.nn.functional.linear(functional.liger_swiglu(gate, up), layer["down"])
+            return torch.nn.functional.linear(functional.liger_rms_norm(h, final_norm, 1e-6), embed)
+
+        return step
+
+    def inputs(pos: int) -> tuple[Any, ...]:
+        token = torch.randint(0, vocab, (1, 1), generator=torch.Generator().manual_seed(pos))
+        return token.to(device), pos
+
+    return build, inputs
+
+
+def hf_arange(batch: int) -> Callable[[str, torch.dtype, bool], tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]]:
+    """Hugging Face's Qwen2ForCausalLM (Qwen2.5-1.5B's shape, random weights) called one token at a time with an
+    int position, its position ids built as `torch.arange(pos, pos + 1)` for every row of the batch, over a
+    StaticCache: the step a user writes around an HF model for a decode loop of their own."""
+
+    def setup(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+        from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
+
+        config = Qwen2Config(**(TINY_SHAPE if tiny else QWEN2_SHAPE), max_position_embeddings=2048,
+                             tie_word_embeddings=True)
+        config._attn_implementation = "sdpa"
+
+        def build() -> Step:
+            torch.manual_seed(0)
+            with torch.device(device):
+                model = Qwen2ForCausalLM(config).to(dtype=dtype).eval()
+            cache = StaticCache(config=config, max_cache_len=1024)
+            # Allocated now: a cache the step closes over and allocates in its first call runs that call eagerly.
+            cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads,
+                                       head_dim=config.head_dim, dtype=dtype, device=device)
+
+            def step(tokens: torch.Tensor, pos: int) -> torch.Tensor:
+                position_ids = torch.arange(pos, pos + 1, device=tokens.device).expand(batch, 1)
+                return model(input_ids=tokens, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
+
+            return step
+
+        def inputs(pos: int) -> tuple[Any, ...]:
+            tokens = torch.randint(0, config.vocab_size, (batch, 1), generator=torch.Generator().manual_seed(pos))
+            return tokens.to(device), pos
+
+        return build, inputs
+
+    return setup
+
+
 def conch_paged(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
     from conch.ops.attention.paged_attention import paged_attention
     from conch.ops.vllm.reshape_and_cache import reshape_and_cache
@@ -244,6 +363,11 @@ CASES = [
          flag_gems_enabled_llama, cuda_only=True, around=_use_gems),
     Case("liger-llama", "liger-kernel", "HF Llama + apply_liger_kernel_to_llama, StaticCache, whole forward",
          liger_llama),
+    Case("qwen2-liger-fla", "fla-core", "Qwen2.5-1.5B-shaped step on liger + fla, cu_seqlens from arange, batch 1",
+         qwen2_liger_fla),
+    Case("hf-arange", "transformers", "HF Qwen2 (1.5B shape), position_ids = arange(pos, pos + 1), batch 1",
+         hf_arange(1)),
+    Case("hf-arange-b8", "transformers", "the same at batch 8", hf_arange(8)),
 ]
 
 
