@@ -69,6 +69,8 @@ import triton.language as tl
 from benchmarks.machine_info import dist_version, machine
 
 Step = Callable[..., Any]
+# What a case's setup returns: how to build a step with its own state, and the step's inputs at a position.
+Parts = tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,7 @@ class Case:
     name: str
     dist: str  # the distribution whose version is reported
     what: str
-    setup: Callable[[str, torch.dtype, bool], tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]]
+    setup: Callable[[str, torch.dtype, bool], Parts]
     cuda_only: bool = False
     around: Callable[[], Any] = contextlib.nullcontext  # entered around the whole case (eager and jitted calls)
 
@@ -89,7 +91,7 @@ def _randn(*shape: int, device: str, dtype: torch.dtype, seed: int) -> torch.Ten
 # Cases: setup(device, dtype, tiny) -> (build a step with its own state, inputs at a position)
 
 
-def liger_functional(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def liger_functional(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     from liger_kernel.transformers import functional
 
     hidden, heads, kv_heads, head_dim, ffn, max_len = (64, 4, 2, 16, 128, 64) if tiny else (2048, 32, 8, 64, 8192, 4096)
@@ -153,7 +155,7 @@ def _llama_inputs(config: Any, device: str) -> Callable[[int], tuple[Any, ...]]:
     return inputs
 
 
-def liger_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def liger_llama(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     from liger_kernel.transformers import apply_liger_kernel_to_llama
 
     # Patches transformers' Llama classes for the rest of this process (the flag-gems case runs before it).
@@ -164,7 +166,7 @@ def liger_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[
     return (lambda: _llama_step(config, device, dtype, max_len, contextlib.nullcontext)), _llama_inputs(config, device)
 
 
-def fla_decoding(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def fla_decoding(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     from fla.ops.attn.decoding import attn_decoding_one_step
 
     heads, kv_heads, head_dim, max_len = (4, 2, 16, 64) if tiny else (32, 8, 64, 4096)
@@ -201,7 +203,7 @@ def _device_randn(*shape: int, device: str, dtype: torch.dtype, seed: int, scale
     return (scale * torch.randn(*shape, generator=generator, device=device)).to(dtype)
 
 
-def qwen2_liger_fla(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def qwen2_liger_fla(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     """A Qwen2.5-1.5B-shaped decode step written as model code is (batch 1, int position): liger's RMSNorm, RoPE
     and SwiGLU, fla's varlen decoding attention over a cache written at the position, whose sequence offsets are
     built with `torch.arange(0, n + 1, n)` from the length n = pos + 1, and ATen matmuls with Qwen2's q/k/v bias.
@@ -266,12 +268,12 @@ def qwen2_liger_fla(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callab
     return build, inputs
 
 
-def hf_arange(batch: int) -> Callable[[str, torch.dtype, bool], tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]]:
+def hf_arange(batch: int) -> Callable[[str, torch.dtype, bool], Parts]:
     """Hugging Face's Qwen2ForCausalLM (Qwen2.5-1.5B's shape, random weights) called one token at a time with an
     int position, its position ids built as `torch.arange(pos, pos + 1)` for every row of the batch, over a
     StaticCache: the step a user writes around an HF model for a decode loop of their own."""
 
-    def setup(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+    def setup(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
         from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
 
         config = Qwen2Config(**(TINY_SHAPE if tiny else QWEN2_SHAPE), max_position_embeddings=2048,
@@ -302,7 +304,7 @@ def hf_arange(batch: int) -> Callable[[str, torch.dtype, bool], tuple[Callable[[
     return setup
 
 
-def conch_paged(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def conch_paged(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     from conch.ops.attention.paged_attention import paged_attention
     from conch.ops.vllm.reshape_and_cache import reshape_and_cache
 
@@ -332,7 +334,7 @@ def conch_paged(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[
     return build, inputs
 
 
-def flag_gems_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def flag_gems_llama(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     import flag_gems
 
     max_len = 64 if tiny else 1024
@@ -340,7 +342,7 @@ def flag_gems_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callab
     return (lambda: _llama_step(config, device, dtype, max_len, flag_gems.use_gems)), _llama_inputs(config, device)
 
 
-def flag_gems_enabled_llama(device: str, dtype: torch.dtype, tiny: bool) -> tuple[Callable[[], Step], Callable[[int], tuple[Any, ...]]]:
+def flag_gems_enabled_llama(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     """The same step with gems registered around the calls (as flag_gems.enable() at start-up): Trident traces
     into gems' ATen overrides (capture/python_kernels.py)."""
     max_len = 64 if tiny else 1024
