@@ -413,6 +413,35 @@ def test_generate_with_its_own_caches_compiles_a_bounded_number_of_times(device:
         if device == "cuda" and implementation == "dynamic":
             assert "which a recording cannot repeat" in trident.explain(jitted), trident.explain(jitted)
 
+@pytest.mark.parametrize("implementation", ["static", "dynamic"])
+def test_the_cache_of_a_generate_dies_with_it(implementation: str) -> None:
+    """A generate's cache (and its tensors) is freed when the caller drops the output, by reference counts alone
+    (the collector off), as eager's is: on CUDA the next generate's cache then takes the same addresses, and the
+    graph recorded for the first keeps replaying. A cycle through the compiled call's objects kept it until a
+    collection, so every generate recorded a graph again."""
+    import gc
+    import weakref
+
+    model, jitted, _ = _for_generate("llama")
+    ids = torch.tensor([[3, 17, 42]])
+    kwargs = dict(do_sample=False, pad_token_id=0, disable_compile=True, cache_implementation=implementation,
+                  max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True)
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.no_grad():
+            for ready in (model, jitted, jitted):  # eager, the compiling generate, one that hits
+                out = ready.generate(ids, **kwargs)
+                cache = out.past_key_values
+                refs = [weakref.ref(obj) for obj in (cache, *_cache_tensors(cache))]
+                del out, cache
+                assert [r() for r in refs] == [None] * len(refs), ready is model
+        state = jit_state(jitted)
+        assert state.eager_calls == 0 and sum(state.entry.hits()) > 0, trident.explain(jitted)
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_a_forward_without_a_cache_returns_the_dynamic_cache_it_made_natively(family: str) -> None:
     """`jitted(input_ids)`: the forward makes a DynamicCache and returns it. Each call gets a new cache object of
