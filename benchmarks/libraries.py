@@ -130,15 +130,25 @@ def _llama_config(tiny: bool, max_len: int) -> Any:
     return config
 
 
-def _llama_step(config: Any, device: str, dtype: torch.dtype, max_len: int, wrap: Callable[[], Any]) -> Step:
-    from transformers import LlamaForCausalLM, StaticCache
+def _model_and_static_cache(cls: type, config: Any, device: str, dtype: torch.dtype, max_len: int,
+                            batch: int) -> tuple[Any, Any]:
+    """An HF causal LM of `config` (seeded random weights, made on the device) and a StaticCache for it, allocated
+    now: a cache the step closes over and allocates in its first call would run that call eagerly."""
+    from transformers import StaticCache
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype=dtype).eval()
+        model = cls(config).to(dtype=dtype).eval()
     cache = StaticCache(config=config, max_cache_len=max_len)
-    cache.early_initialization(batch_size=1, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
+    cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads, head_dim=config.head_dim,
                                dtype=dtype, device=device)
+    return model, cache
+
+
+def _llama_step(config: Any, device: str, dtype: torch.dtype, max_len: int, wrap: Callable[[], Any]) -> Step:
+    from transformers import LlamaForCausalLM
+
+    model, cache = _model_and_static_cache(LlamaForCausalLM, config, device, dtype, max_len, batch=1)
 
     def step(tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         with wrap():
@@ -191,10 +201,11 @@ def fla_decoding(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     return build, inputs
 
 
-QWEN2_SHAPE = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                   num_attention_heads=12, num_key_value_heads=2, head_dim=128)  # Qwen2.5-1.5B
-TINY_SHAPE = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16)
+def _qwen2_shape(tiny: bool) -> dict[str, Any]:
+    """Qwen2.5-1.5B's config arguments (or hf_generate.py's tiny CPU size), as hf_generate.py builds its models."""
+    from benchmarks.hf_generate import MODELS
+
+    return {k: v for k, v in MODELS["tiny" if tiny else "qwen2-1.5b"].items() if k != "family"}
 
 
 def _device_randn(*shape: int, device: str, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -212,7 +223,7 @@ def qwen2_liger_fla(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
     from fla.ops.attn.decoding import attn_decoding_one_step
     from liger_kernel.transformers import functional
 
-    shape = TINY_SHAPE if tiny else QWEN2_SHAPE
+    shape = _qwen2_shape(tiny)
     hidden, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_attention_heads",
                                                             "num_key_value_heads", "head_dim"))
     ffn, vocab, n_layers, max_len = shape["intermediate_size"], shape["vocab_size"], shape["num_hidden_layers"], 1024
@@ -274,20 +285,13 @@ def hf_arange(batch: int) -> Callable[[str, torch.dtype, bool], Parts]:
     StaticCache: the step a user writes around an HF model for a decode loop of their own."""
 
     def setup(device: str, dtype: torch.dtype, tiny: bool) -> Parts:
-        from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
+        from transformers import Qwen2Config, Qwen2ForCausalLM
 
-        config = Qwen2Config(**(TINY_SHAPE if tiny else QWEN2_SHAPE), max_position_embeddings=2048,
-                             tie_word_embeddings=True)
+        config = Qwen2Config(**_qwen2_shape(tiny))
         config._attn_implementation = "sdpa"
 
         def build() -> Step:
-            torch.manual_seed(0)
-            with torch.device(device):
-                model = Qwen2ForCausalLM(config).to(dtype=dtype).eval()
-            cache = StaticCache(config=config, max_cache_len=1024)
-            # Allocated now: a cache the step closes over and allocates in its first call runs that call eagerly.
-            cache.early_initialization(batch_size=batch, num_heads=config.num_key_value_heads,
-                                       head_dim=config.head_dim, dtype=dtype, device=device)
+            model, cache = _model_and_static_cache(Qwen2ForCausalLM, config, device, dtype, 1024, batch)
 
             def step(tokens: torch.Tensor, pos: int) -> torch.Tensor:
                 position_ids = torch.arange(pos, pos + 1, device=tokens.device).expand(batch, 1)
