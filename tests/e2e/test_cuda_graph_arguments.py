@@ -6,6 +6,7 @@ item by item. Every replay gives the direct path's bits. GPU only (marked `gpu`)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -204,6 +205,20 @@ def test_an_index_tensor_inside_a_list_whose_contents_or_address_change_replays(
     assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
 
 
+def called_on_fresh_arguments(
+    f: Callable[..., torch.Tensor], arguments: Callable[[], tuple[torch.Tensor, ...]], calls: int, plan: bool
+) -> Callable[..., torch.Tensor]:
+    """f jitted with graphs, called `calls` times on new tensors from `arguments()`: every result has the bits of
+    the direct path's and eager's. Returns the jitted function, for its counts."""
+    with override(replay_plan=plan):
+        with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
+        for p in range(calls):
+            args = arguments()
+            got = with_graphs(*args)
+            assert same_bits(got, direct(*args)) and same_bits(got, f(*args)), f"call {p}"
+    return with_graphs
+
+
 @gpu
 @pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
 def test_a_cat_of_argument_tensors_that_move_every_call_replays(plan: bool) -> None:
@@ -214,12 +229,8 @@ def test_a_cat_of_argument_tensors_that_move_every_call_replays(plan: bool) -> N
         return torch.cat([a, b, a * 2]) + 1
 
     calls = 24
-    with override(replay_plan=plan):
-        with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
-        for p in range(calls):
-            a, b = torch.randn(2, 32, device="cuda"), torch.randn(3, 32, device="cuda")
-            got = with_graphs(a, b)
-            assert same_bits(got, direct(a, b)) and same_bits(got, f(a, b)), f"call {p}"
+    with_graphs = called_on_fresh_arguments(
+        f, lambda: (torch.randn(2, 32, device="cuda"), torch.randn(3, 32, device="cuda")), calls, plan)
     assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
 
 
@@ -235,12 +246,8 @@ def test_an_opaque_custom_op_taking_argument_tensors_in_a_list_replays(plan: boo
         return weighted_sum([x, y * 2, y], [1, 2, 3]) + 1
 
     calls = 24
-    with override(replay_plan=plan):
-        with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
-        for p in range(calls):
-            x, y = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
-            got = with_graphs(x, y)
-            assert same_bits(got, direct(x, y)) and same_bits(got, f(x, y)), f"call {p}"
+    with_graphs = called_on_fresh_arguments(
+        f, lambda: (torch.randn(256, device="cuda"), torch.randn(256, device="cuda")), calls, plan)
     # x, and y once (y * 2 stages it, the list's item 2 reads that copy)
     assert_replayed_every_call_after_recording(with_graphs, calls, staged=2, plan=plan)
 
