@@ -194,8 +194,8 @@ class Knobs:
     # whether allocations are pooled; the size is read when a specialization is instantiated.
     buffer_pool_mb: float = knob(
         "TRIDENT_BUFFER_POOL_MB", "N",
-        "intermediate buffers each specialization keeps for reuse between calls (default 256; 0 allocates every "
-        "call)",
+        "intermediate buffers each specialization keeps for reuse between calls, and the memory of the last static "
+        "cache it made (default 256; 0 allocates every call)",
         parse=float, default=256.0, compiles=True, compiled_as=lambda options: options.pool_allocations,
     )  # fmt: skip
     # For bisecting; lowering/aliasing.py says why a call's own views need no autograd metadata.

@@ -442,6 +442,49 @@ def test_the_cache_of_a_generate_dies_with_it(implementation: str) -> None:
         gc.enable()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_new_static_cache_takes_the_memory_of_the_last_one_once_it_is_gone(device: str) -> None:
+    """Each generate makes a StaticCache whose tensors are allocated at its first update (the prefill). Compiled code
+    places them where the last generate's were once that cache is gone, whatever the caller allocated in between
+    (the caching allocator would place them by what else is live), so a CUDA graph recorded for the decode step
+    keeps reading them in place. A cache the caller still holds is never shared: the next one gets other memory,
+    and the held one keeps its contents. Every generate's tokens and cache equal eager's."""
+    model, jitted, _ = _for_generate("llama")
+    model, jitted = model.to(device), trident.jit(model.to(device))
+    kwargs = dict(do_sample=False, pad_token_id=0, disable_compile=True, cache_implementation="static",
+                  max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True)
+
+    def generate(ids: torch.Tensor) -> tuple[Any, list[int]]:
+        out, expected = jitted.generate(ids, **kwargs), model.generate(ids, **kwargs)
+        assert torch.equal(out.sequences, expected.sequences)
+        tensors = _cache_tensors(out.past_key_values)
+        assert all(torch.equal(a, b) for a, b in zip(tensors, _cache_tensors(expected.past_key_values)))
+        # keys and values; on CUDA also the position tensor the first update moves there (on the CPU it stays the
+        # one the cache was made with)
+        kept = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        if device == "cuda":
+            kept = tensors
+        return out, [t.data_ptr() for t in kept]
+
+    ids = torch.tensor([[3, 17, 42]], device=device)
+    caller = []
+    with torch.no_grad():
+        addresses = []
+        for n in range(4):
+            out, kept = generate(ids + n)
+            addresses.append(kept)
+            caller.append(torch.empty(1000 * (n + 1), device=device))  # the caller allocates between generates
+            del out
+        assert addresses[1:] == addresses[:-1], addresses
+        held, held_addresses = generate(ids)
+        contents = [t.clone() for t in _cache_tensors(held.past_key_values)]
+        _, other = generate(ids + 5)
+        assert not set(other) & set(held_addresses)
+        assert all(torch.equal(a, b) for a, b in zip(_cache_tensors(held.past_key_values), contents))
+    state = jit_state(jitted)
+    assert state.eager_calls == 0 and sum(state.entry.hits()) > 0, trident.explain(jitted)
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_a_forward_without_a_cache_returns_the_dynamic_cache_it_made_natively(family: str) -> None:
     """`jitted(input_ids)`: the forward makes a DynamicCache and returns it. Each call gets a new cache object of

@@ -43,7 +43,8 @@ class OutputTree:
 # the tensor compiled code makes in its place gets them too, as eager's would have them. The static-address mark
 # (torch._dynamo.mark_static_address) is the one callers rely on: a Hugging Face StaticCache marks the tensors it
 # allocates at its first update, and torch.compile and Trident's graph recorder read a marked tensor in place.
-TENSOR_MARKS = ("_dynamo_static_input_type",)
+STATIC_MARK = "_dynamo_static_input_type"
+TENSOR_MARKS = (STATIC_MARK,)
 
 
 def tensor_marks(value: torch.Tensor) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,8 @@
  * Otherwise the site allocates through ATen as before and keeps the new buffer (unless capturing, or the
  * pool is at its byte limit). Empty tensors are uninitialized either way, so a reused buffer's old contents
  * are not observable through any correct program.
+ * A site of the other kind keeps the memory of a tensor the program stores into the caller's objects marked
+ * static (keep, below): there the op runs as usual and its result moves into the kept memory when that is free.
  * Generated code calls these under the GIL (as every runtime entry), which makes the check-and-take atomic
  * with respect to other threads.
  */
@@ -27,6 +29,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/mm.h>
@@ -143,6 +146,42 @@ at::Tensor take(BufferPoolObject* pool, int64_t site_index, at::IntArrayRef size
     site.bytes = bytes;
   }
   return fresh;
+}
+
+// The memory of a tensor stored into the caller's objects marked static, kept so that the next call's tensor of that
+// site takes the same address (trident_pool_keep). A Hugging Face StaticCache allocates its keys and values at
+// its first update, once per generate(); a CUDA graph recorded for the decode step reads them in place, so a new
+// cache at new addresses costs a new recording. The caching allocator places each new cache by whatever else the
+// caller holds at that moment; the site places it where the last one was once that one is gone. The site holds a
+// TensorImpl of its own on the memory, never the caller's: a C++ reference to the caller's TensorImpl would keep
+// its Python object (and what the caller set on it) alive after the caller dropped it (torch >= 2.13).
+void keep(BufferPoolObject* pool, int64_t site_index, at::Tensor& t) {
+  int64_t stream = 0;
+  if (!t.defined() || !usable_stream(t.device(), &stream)) return;
+  const c10::Storage& storage = t.storage();
+  const int64_t bytes = static_cast<int64_t>(storage.nbytes());
+  // Only a tensor that is the whole of its memory and its only user, as a factory or a copy makes it.
+  if (t.storage_offset() != 0 || !t.is_non_overlapping_and_dense() || static_cast<int64_t>(t.nbytes()) != bytes ||
+      t.use_count() != 1 || !only_one_holder(storage.unsafeGetStorageImpl(), storage.use_count())) {
+    return;
+  }
+  PoolSite& site = (*pool->sites)[site_index];
+  if (site.buffer.defined() && site.stream == stream && site.buffer.device() == t.device() &&
+      static_cast<int64_t>(site.buffer.storage().nbytes()) == bytes && only_the_pool_holds(site.buffer)) {
+    at::Tensor moved = at::empty({0}, t.options()).set_(site.buffer.storage(), 0, t.sizes(), t.strides());
+    moved.copy_(t);
+    // The op's version counter, as the op left it (copy_ counted one write of its own).
+    moved.unsafeGetTensorImpl()->set_version_counter(t.unsafeGetTensorImpl()->version_counter());
+    t = std::move(moved);
+    ++pool->reuses;
+    return;
+  }
+  ++pool->allocations;
+  if (pool->held_bytes - site.bytes + bytes > pool->limit_bytes) return;
+  pool->held_bytes += bytes - site.bytes;
+  site.buffer = at::empty({0}, t.options()).set_(storage, 0, t.sizes(), t.strides());
+  site.stream = stream;
+  site.bytes = bytes;
 }
 
 // Whether the dispatcher would take these operands straight to the CUDA kernel (then calling it directly is
@@ -426,6 +465,18 @@ TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensor
                            TRIDENT_TAG_TENSOR, reinterpret_cast<int64_t>(a), TRIDENT_TAG_TENSOR,
                            reinterpret_cast<int64_t>(b)};
   return trident::graphs::opaque_step(pool, "trident pool: matmul", args, 4, 0, run_pool_matmul, pool, out, 1);
+}
+
+TRIDENT_API int32_t trident_pool_keep(PyObject* pool, int64_t site, AtenTensorHandle t) {
+  // A recording never repeats a state write (graphs/recorder.py refuses such programs): nothing to keep then.
+  if (trident::graphs::active != nullptr) return TRIDENT_OK;
+  if (!valid_site(pool, site)) return TRIDENT_ERROR;
+  try {
+    keep(as_pool(pool), site, tensor(reinterpret_cast<int64_t>(t)));
+    return TRIDENT_OK;
+  } catch (...) {
+    return trident::fail_with_current_exception();
+  }
 }
 
 }  // extern "C"

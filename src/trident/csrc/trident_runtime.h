@@ -344,6 +344,12 @@ TRIDENT_API int32_t trident_pool_empty_like(PyObject* pool, int64_t site, AtenTe
  * functional op; its errors where ATen would reject the operands). */
 TRIDENT_API int32_t trident_pool_matmul(PyObject* pool, int64_t site, AtenTensorHandle bias, AtenTensorHandle a,
                                         AtenTensorHandle b, AtenTensorHandle* out);
+/* A tensor the program just made and will store into the caller's objects marked static (a Hugging Face
+ * StaticCache's keys and values at its first update): when the memory site `site` kept from an earlier call is
+ * free again (the tensor stored then died) and fits, the tensor's contents move there and *t becomes a new tensor
+ * on that memory; otherwise the site keeps this tensor's memory for next time (within the pool's limit). Either way
+ * *t holds the op's bits with the op's layout. Nothing happens while a CUDA graph records or replays. */
+TRIDENT_API int32_t trident_pool_keep(PyObject* pool, int64_t site, AtenTensorHandle t);
 
 /* ---------------------------------------------------------------------------------------------------
  * Codes of the TritonLaunch type's constructor (runtime/triton_native.py builds its arguments; generated code

@@ -90,7 +90,9 @@ def alias_root(value: ir.Value, aten_name: AtenName) -> ir.Value | None:
         if isinstance(owner, ir.Block):
             return None  # a block argument: an input or a lifted constant
         op = owner.operation
-        if not op.name.startswith("torch.aten."):
+        # torch.operator: an ATen op torch-mlir does not model (index_copy_), whose schema still says what it aliases
+        operator = op.name == "torch.operator" and aten_name(op)[0].startswith("aten::")
+        if not (op.name.startswith("torch.aten.") or operator):
             return None
         if not aliases_an_operand(op, aten_name):
             return value

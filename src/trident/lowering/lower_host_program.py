@@ -35,7 +35,7 @@ from ..ir.mlir_text import F64, I32, I64, PTR, Extern, FunctionBuilder, ModuleBu
 from . import runtime_abi as abi
 from .leaf_access import ConstantPool, LeafAccess
 from .aliasing import PRIVATE_VIEW, is_private_view, op_schema
-from .pooled_allocations import emit_pooled, pool_kind
+from .pooled_allocations import POOL_KEEP, emit_pooled, kept_allocations, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
 from ..torch_codes import device_type_code
 from ..typed_ops import typed_symbol
@@ -185,6 +185,8 @@ class HostProgramLowering:
         block = self.main.regions[0].blocks[0]
         operations = [op.operation for op in block.operations]
         self.dying_at = _dying_values(operations)
+        returned = list(operations[-1].operands) if operations and operations[-1].name == "func.return" else []
+        self.kept = set(kept_allocations(returned, self.state_writes, aten_name)) if self.pool_allocations else set()
         self.owned = _HandleTable(self.fb, "own", abi.TENSOR_DELETE)
         self.temps = _HandleTable(self.fb, "tmp", abi.DECREF)
         for arg, source in zip(block.arguments, self.placeholders):
@@ -465,6 +467,8 @@ class HostProgramLowering:
                 self.values[result] = _Lowered("list", items=handles, elem=str(result.type))
             else:
                 self.values[result] = handles[0]
+                if result in self.kept:
+                    self._keep(handles[0].ssa)
 
     @lowers(LAUNCH_OP_PREFIX, prefix=True)
     def _triton_launch(self, op: ir.Operation) -> None:
@@ -482,15 +486,26 @@ class HostProgramLowering:
         fb.check_zero(status)
 
     def _pooled_allocation(self, op: ir.Operation, kind: str) -> None:
+        pool, site = self._new_pool_site()
+        handle = emit_pooled(
+            self.fb, kind, op, pool, site, self._int_list_pointer, lambda v: self.values[v].ssa, _device_code,
+        )  # fmt: skip
+        self.values[op.results[0]] = self._own(handle)
+
+    def _keep(self, handle: str) -> None:
+        """A tensor just made that the function stores into the caller's objects marked static: its own pool site
+        places it where the last call's was (pooled_allocations.py)."""
+        pool, site = self._new_pool_site()
+        status = self.fb.call(POOL_KEEP, [pool, self.fb.const(site), handle])
+        assert status is not None
+        self.fb.check_zero(status)
+
+    def _new_pool_site(self) -> tuple[str, int]:
+        """The BufferPool constant (made with the first site), and the index of a new allocation site of it."""
         if self.buffer_pool is None:
             self.buffer_pool = BufferPoolConstant()
-        pool = self.access.constant(self.pool.add(self.buffer_pool))
-        handle = emit_pooled(
-            self.fb, kind, op, pool, self.buffer_pool.sites, self._int_list_pointer, lambda v: self.values[v].ssa,
-            _device_code,
-        )  # fmt: skip
         self.buffer_pool.sites += 1
-        self.values[op.results[0]] = self._own(handle)
+        return self.access.constant(self.pool.add(self.buffer_pool)), self.buffer_pool.sites - 1
 
     def _int_list_pointer(self, operand: ir.Value) -> str:
         """A stack array of a list-of-ints operand's items."""

@@ -12,10 +12,16 @@ empty_like, taken from the input), strided layout, no pinned memory, the contigu
 memory format, a device given with its index. A result the function returns is not pooled: the caller keeps it, so
 the site could never reuse it and would only keep the memory alive (followed through views and in-place results;
 what this misses — a custom op keeping its input — the runtime's reference counts still catch).
+
+One kind of returned tensor gets a site of its own: a tensor the function makes and stores into the caller's objects
+with the static-address mark (a Hugging Face StaticCache's keys and values, allocated at its first update). Its op
+runs as usual, then trident_pool_keep moves the result into the memory the site kept from an earlier call once that
+memory is free again, so the next generate's cache lands where the last one was, whatever else the caller holds, and
+a CUDA graph recorded for the decode step still reads it in place.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,11 +30,13 @@ from torch_mlir import ir
 from .. import abi
 from ..capture.python_kernels import POOLED_MATMULS, KernelVersions
 from ..ir.mlir_text import I32, I64, PTR, Extern, FunctionBuilder
-from .aliasing import escapes
+from ..capture.results import STATIC_MARK, StateWrite
+from .aliasing import AtenName, alias_root, escapes
 
 POOL_EMPTY = Extern("trident_pool_empty", (PTR, I64, PTR, PTR, I64, I64, I64, PTR), I32)
 POOL_EMPTY_LIKE = Extern("trident_pool_empty_like", (PTR, I64, PTR, I64, I64, PTR), I32)
 POOL_MATMUL = Extern("trident_pool_matmul", (PTR, I64, PTR, PTR, PTR, PTR), I32)
+POOL_KEEP = Extern("trident_pool_keep", (PTR, I64, PTR), I32)
 _ALLOCATING = (
     "torch.aten.empty.memory_format", "torch.aten.empty_strided", "torch.aten.empty_like", "torch.aten.mm",
     "torch.aten.addmm",
@@ -111,6 +119,23 @@ def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, s
             kind, format_ok = "empty_strided", True
         ok = isinstance(dtype, int) and _device_given(device) and format_ok
     return kind if ok and layout in (None, _STRIDED) and pin in (None, False) else None
+
+
+def kept_allocations(
+    returned: Sequence[ir.Value], state_writes: Sequence[StateWrite], aten_name: AtenName,
+) -> list[ir.Value]:
+    """The fresh tensors (results of ATen ops) that the function stores into the caller's objects with the
+    static-address mark, directly or through views and in-place ops (`index_copy_` into a new cache), in the order
+    of the writes. `returned`: the operands of the function's return, which state writes index."""
+    kept: list[ir.Value] = []
+    for write in state_writes:
+        tree = write.value
+        if tree.kind != "graph" or not any(name == STATIC_MARK for name, _ in tree.value or ()):
+            continue
+        root = alias_root(returned[tree.index], aten_name)
+        if root is not None and root not in kept:
+            kept.append(root)
+    return kept
 
 
 def emit_pooled(
