@@ -173,6 +173,10 @@ def _function(name: str, overload: str, schema: str, below_autograd: bool = Fals
         call = f"trident::private_views::{direct[0]}({', '.join(passed)})"
     elif below_autograd:  # the view is made as its kernel makes it: no view or autograd metadata
         lines.append("    at::AutoDispatchBelowADInplaceOrView below_autograd;")
+    elif not any("Tensor" in t for t in types):
+        # A factory: torch's own (torch::zeros ..., variable_factories.h, what torch.zeros calls) runs ATen's below
+        # the ADInplaceOrView layer, so the fill inside zeros, ones or full counts no write (eager's _version is 0).
+        lines.append("    at::AutoDispatchBelowADInplaceOrView as_torch_factories;")
     if len(returns) == 1:
         lines.append(f"    rets[0] = own({call});")
     else:

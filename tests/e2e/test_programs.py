@@ -273,6 +273,24 @@ def test_allocations_and_factories() -> None:
     check(make, lambda: torch.randn(2, 5))
 
 
+def test_factories_count_no_write_as_eager_s() -> None:
+    """torch.zeros, ones and full fill inside ATen's factory, which torch's own factories run below the layer that
+    counts writes: a new tensor has _version 0, and one written in place has eager's count too."""
+
+    def make(x):  # type: ignore[no-untyped-def]
+        zeros = torch.zeros(2, 3)
+        zeros.add_(1)
+        return zeros, torch.ones(2), torch.full((2,), 7.0), torch.arange(3), torch.empty(2), x + 1
+
+    jitted = trident.jit(make)
+    for _ in range(2):
+        x = torch.randn(2)
+        actual, expected = jitted(x), make(x)
+        assert [t._version for t in actual] == [t._version for t in expected] == [1, 0, 0, 0, 0, 0]
+        assert all(torch.equal(a, e) for a, e in zip(actual[:4], expected[:4]))
+    assert_native(jitted, hits=2, compiles=1)
+
+
 def test_keyword_and_default_arguments() -> None:
     def fn(x, *, scale=2.0, shift=None):  # type: ignore[no-untyped-def]
         y = x * scale
