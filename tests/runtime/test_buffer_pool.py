@@ -423,3 +423,57 @@ def test_scaled_addmm_is_not_pooled() -> None:
     with torch.no_grad():
         torch.testing.assert_close(jitted(b, x, w), scaled(b, x, w))
     assert _pool(jitted) is None
+
+
+class _Layer:
+    """A state object whose buffer the first update allocates (a StaticCache layer's keys, reduced)."""
+
+
+def _first_update(layer: _Layer, x: torch.Tensor, marked: bool = True) -> torch.Tensor:
+    layer.buffer = torch.zeros_like(x)
+    if marked:
+        torch._dynamo.mark_static_address(layer.buffer)
+    layer.buffer.add_(x)
+    return x * 2
+
+
+def test_a_marked_state_tensor_takes_the_memory_of_the_last_one_once_that_is_gone() -> None:
+    """The buffer a call stores into its state object marked static lands where the last call's was once nothing
+    holds that one, whatever the caller allocated in between; never while the caller still holds it."""
+    jitted = trident.jit(_first_update)
+    held, addresses = [], []
+    with torch.no_grad():
+        for n in range(3):
+            layer, x = _Layer(), torch.randn(64) + n
+            torch.testing.assert_close(jitted(layer, x), x * 2)
+            assert torch.equal(layer.buffer, x) and layer.buffer._dynamo_static_input_type == "unguarded"
+            addresses.append(layer.buffer.data_ptr())
+            held.append(torch.empty(100 * (n + 1)))  # the caller allocates in between
+            del layer
+        assert addresses == [addresses[0]] * 3
+        kept, x = _Layer(), torch.randn(64)
+        jitted(kept, x)
+        other = _Layer()
+        jitted(other, x + 1)
+        assert other.buffer.data_ptr() != kept.buffer.data_ptr()
+        assert torch.equal(kept.buffer, x) and torch.equal(other.buffer, x + 1)
+    pool = _pool(jitted)
+    assert (pool.sites, pool.reuses, pool.unkept) == (1, 3, 0)  # type: ignore[attr-defined]
+    assert jitted._trident.eager_calls == 0  # type: ignore[attr-defined]
+
+
+def test_an_unmarked_state_tensor_and_one_over_the_limit_are_not_kept() -> None:
+    unmarked = trident.jit(lambda layer, x: _first_update(layer, x, marked=False))
+    with torch.no_grad():
+        unmarked(_Layer(), torch.randn(64))
+    assert _pool(unmarked) is None
+    with override(buffer_pool_mb=128 / 2**20):  # 128 bytes: the 256-byte buffer does not fit
+        jitted = trident.jit(_first_update)
+        with torch.no_grad():
+            for _ in range(2):
+                layer, x = _Layer(), torch.randn(64)
+                jitted(layer, x)
+                assert torch.equal(layer.buffer, x)
+    pool = _pool(jitted)
+    assert (pool.held_bytes, pool.reuses, pool.unkept) == (0, 0, 2)  # type: ignore[attr-defined]
+    assert "left unkept at the limit" in trident.explain(jitted)

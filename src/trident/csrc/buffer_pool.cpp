@@ -67,6 +67,7 @@ struct BufferPoolObject {
   int64_t allocations;
   int64_t direct_matmuls;  // matmuls computed by calling ATen's CUDA kernel directly (reaches_cuda_kernel)
   int64_t planned_matmuls;  // matmuls computed by a site's verified cuBLASLt plan instead
+  int64_t unkept;  // tensors stored into the caller's objects marked static whose memory the limit left unkept
   bool matmul_plans;  // whether sites may make plans (TRIDENT_MATMUL_PLANS)
   trident::PlanWorkspace* workspace;  // shared by the pool's plans
 };
@@ -177,7 +178,10 @@ void keep(BufferPoolObject* pool, int64_t site_index, at::Tensor& t) {
     return;
   }
   ++pool->allocations;
-  if (pool->held_bytes - site.bytes + bytes > pool->limit_bytes) return;
+  if (pool->held_bytes - site.bytes + bytes > pool->limit_bytes) {
+    ++pool->unkept;  // explain says so: a larger TRIDENT_BUFFER_POOL_MB would keep it
+    return;
+  }
   pool->held_bytes += bytes - site.bytes;
   site.buffer = at::empty({0}, t.options()).set_(storage, 0, t.sizes(), t.strides());
   site.stream = stream;
@@ -219,6 +223,7 @@ PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   self->sites = new std::vector<PoolSite>(static_cast<size_t>(n_sites));
   self->limit_bytes = limit;
   self->held_bytes = self->reuses = self->allocations = self->direct_matmuls = self->planned_matmuls = 0;
+  self->unkept = 0;
   self->matmul_plans = matmul_plans != 0;
   self->workspace = new trident::PlanWorkspace();
   return reinterpret_cast<PyObject*>(self);
@@ -269,6 +274,7 @@ PyObject* pool_reuses(PyObject* self, void*) { return PyLong_FromLongLong(as_poo
 PyObject* pool_allocations(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->allocations); }
 PyObject* pool_direct_matmuls(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->direct_matmuls); }
 PyObject* pool_planned_matmuls(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->planned_matmuls); }
+PyObject* pool_unkept(PyObject* self, void*) { return PyLong_FromLongLong(as_pool(self)->unkept); }
 
 // matmul_plans -> {site: None (planned) or why not}, for the sites that tried to make a plan.
 PyObject* pool_matmul_plans(PyObject* self, void*) {
@@ -302,6 +308,7 @@ PyGetSetDef pool_getset[] = {
     {"direct_matmuls", pool_direct_matmuls, nullptr, "matmuls run by calling ATen's CUDA kernel directly", nullptr},
     {"planned_matmuls", pool_planned_matmuls, nullptr, "matmuls run by a site's verified cuBLASLt plan", nullptr},
     {"matmul_plans", pool_matmul_plans, nullptr, "{site: None if planned, else why not} for sites that tried", nullptr},
+    {"unkept", pool_unkept, nullptr, "static-marked state tensors whose memory the limit left unkept", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

@@ -53,6 +53,11 @@ def describe_pool(pool: Any) -> list[str]:
         f"buffer pool: {pool.sites} allocation site(s), {pool.reuses} reuse(s), {pool.allocations} allocation(s), "
         f"{pool.held_bytes} bytes kept (limit {pool.limit_bytes})"
     ]
+    if pool.unkept:
+        lines.append(
+            f"buffer pool: {pool.unkept} tensor(s) stored into the call's objects marked static (a StaticCache's) "
+            "left unkept at the limit, so the next call's land elsewhere (raise TRIDENT_BUFFER_POOL_MB to keep them)"
+        )
     if pool.direct_matmuls or pool.planned_matmuls:
         plans = pool.matmul_plans  # {site: None if planned, else why not}
         planned = sum(why is None for why in plans.values())
