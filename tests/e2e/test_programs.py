@@ -274,20 +274,22 @@ def test_allocations_and_factories() -> None:
 
 
 def test_factories_count_no_write_as_eager_s() -> None:
-    """torch.zeros, ones and full fill inside ATen's factory, which torch's own factories run below the layer that
-    counts writes: a new tensor has _version 0, and one written in place has eager's count too."""
+    """torch.zeros, ones, full and eye fill inside ATen's factory, which torch's own factories run below the layer
+    that counts writes: a new tensor has _version 0 (typed entries and the boxed dispatcher alike), and one written
+    in place has eager's count too."""
 
     def make(x):  # type: ignore[no-untyped-def]
         zeros = torch.zeros(2, 3)
         zeros.add_(1)
-        return zeros, torch.ones(2), torch.full((2,), 7.0), torch.arange(3), torch.empty(2), x + 1
+        made = torch.ones(2), torch.full((2,), 7.0), torch.arange(3), torch.eye(3), torch.linspace(0, 1, 5)
+        return zeros, *made, torch.empty(2), x + 1
 
     jitted = trident.jit(make)
     for _ in range(2):
         x = torch.randn(2)
         actual, expected = jitted(x), make(x)
-        assert [t._version for t in actual] == [t._version for t in expected] == [1, 0, 0, 0, 0, 0]
-        assert all(torch.equal(a, e) for a, e in zip(actual[:4], expected[:4]))
+        assert [t._version for t in actual] == [t._version for t in expected] == [1, 0, 0, 0, 0, 0, 0, 0]
+        assert all(torch.equal(a, e) for a, e in zip(actual[:6], expected[:6]))
     assert_native(jitted, hits=2, compiles=1)
 
 

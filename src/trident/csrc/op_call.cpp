@@ -185,10 +185,11 @@ bool graph_returns(const c10::FunctionSchema& schema, uint64_t* scalars) {
 }
 
 int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
+using Runner = int32_t (*)(const void*, const int64_t*, int64_t, AtenTensorHandle*, int64_t);
 
-// While a CUDA graph records or replays (graphs/replay.h): one opaque step. Operators that make no step come
-// through trident_view_call instead (the compiler decides which, graphs/steps.py).
-int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
+// While a CUDA graph records or replays (graphs/replay.h): one opaque step, which `run` runs. Operators that make no
+// step come through trident_view_call instead (the compiler decides which, graphs/steps.py).
+int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets, Runner run) {
   try {
     const auto& handle = *static_cast<const c10::OperatorHandle*>(op);
     const c10::FunctionSchema& schema = handle.schema();
@@ -204,7 +205,7 @@ int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandl
       const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
       if (alias != nullptr && alias->isWrite()) written |= i < 64 ? uint64_t{1} << i : ~uint64_t{0};
     }
-    return trident::graphs::opaque_step(op, name.c_str(), args, nargs, written, call_boxed, op, rets, nrets, scalars);
+    return trident::graphs::opaque_step(op, name.c_str(), args, nargs, written, run, op, rets, nrets, scalars);
   } catch (...) {
     return trident::fail_with_current_exception();
   }
@@ -245,14 +246,28 @@ int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTenso
   }
 }
 
+// A factory (an operator without tensor arguments: eye, linspace, randn) as torch's own factories run it (torch::eye
+// ..., variable_factories.h, what torch.eye calls): below the ADInplaceOrView layer, so a fill inside it counts no
+// write and the new tensor's _version is eager's 0.
+int32_t call_factory(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets) {
+  at::AutoDispatchBelowADInplaceOrView as_torch_factories;
+  return call_boxed(op, args, nargs, rets, nrets);
+}
+
 }  // namespace
 
 extern "C" {
 
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
                                     int64_t nrets) {
-  if (trident::graphs::active != nullptr) return graph_step(op, args, nargs, rets, nrets);
+  if (trident::graphs::active != nullptr) return graph_step(op, args, nargs, rets, nrets, call_boxed);
   return call_boxed(op, args, nargs, rets, nrets);
+}
+
+TRIDENT_API int32_t trident_factory_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                         int64_t nrets) {
+  if (trident::graphs::active != nullptr) return graph_step(op, args, nargs, rets, nrets, call_factory);
+  return call_factory(op, args, nargs, rets, nrets);
 }
 
 TRIDENT_API int32_t trident_view_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,

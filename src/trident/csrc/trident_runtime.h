@@ -279,6 +279,10 @@ TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result);
 
 TRIDENT_API int32_t trident_op_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
                                     int64_t nrets);
+/* trident_op_call for a factory (no tensor argument): run below the ADInplaceOrView layer, as torch's own
+ * factories run it, so a fill inside it counts no write. */
+TRIDENT_API int32_t trident_factory_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,
+                                         int64_t nrets);
 /* trident_op_call for an operator that makes no step of a CUDA graph recording (it only makes views; the
  * compiler decides which: graphs/steps.py): it runs as it is while a graph records or replays. */
 TRIDENT_API int32_t trident_view_call(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets,

@@ -442,7 +442,11 @@ class HostProgramLowering:
                 self._ops_base = fb.load(fb.gep("%ctx", abi.CTX_OPS, PTR), PTR)
             handle = fb.load(fb.gep(self._ops_base, self.ops.index(name, overload), PTR), PTR)
             schema = op_schema(name, overload)
-            call = abi.VIEW_CALL if schema is not None and makes_no_step(schema) else abi.OP_CALL
+            call = abi.OP_CALL
+            if schema is not None and makes_no_step(schema):
+                call = abi.VIEW_CALL
+            elif schema is not None and not any("Tensor" in str(a.type) for a in schema.arguments):
+                call = abi.FACTORY_CALL  # run as torch's own factories run it (op_call.cpp, call_factory)
             status = fb.call(call, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
         assert status is not None
         fb.check_zero(status)

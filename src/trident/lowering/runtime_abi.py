@@ -61,6 +61,7 @@ VALUE_TRUTH = Extern("trident_value_truth", (I32, PTR), I32)
 GRAPH_OUTPUT = Extern("trident_graph_output", (I64,), PTR)
 OP_CALL = Extern("trident_op_call", (PTR, PTR, I64, PTR, I64), I32)
 VIEW_CALL = Extern("trident_view_call", (PTR, PTR, I64, PTR, I64), I32)  # an operator that makes no graph step
+FACTORY_CALL = Extern("trident_factory_call", (PTR, PTR, I64, PTR, I64), I32)  # an operator without tensor arguments
 SCALAR_TENSOR = Extern("trident_scalar_tensor", (I64, I64, PTR), I32)
 PYTHON_CALL = Extern("trident_python_call", (PTR, PTR, I64), I32)
 TRITON_LAUNCH = Extern("trident_triton_launch", (PTR, PTR, I64), I32)
