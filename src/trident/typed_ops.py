@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 
 import torch
 
@@ -173,7 +174,7 @@ def _function(name: str, overload: str, schema: str, below_autograd: bool = Fals
         call = f"trident::private_views::{direct[0]}({', '.join(passed)})"
     elif below_autograd:  # the view is made as its kernel makes it: no view or autograd metadata
         lines.append("    at::AutoDispatchBelowADInplaceOrView below_autograd;")
-    elif not any("Tensor" in t for t in types):
+    elif is_factory(types):
         # A factory: torch's own (torch::zeros ..., variable_factories.h, what torch.zeros calls) runs ATen's below
         # the ADInplaceOrView layer, so the fill inside zeros, ones or full counts no write (eager's _version is 0).
         lines.append("    at::AutoDispatchBelowADInplaceOrView as_torch_factories;")
@@ -234,6 +235,12 @@ def typed_symbol(name: str, overload: str, n_args: int, below_autograd: bool = F
     if below_autograd and not is_view_op(name, overload):
         return None
     return symbol(name.removeprefix("aten::"), overload) + (BELOW_AUTOGRAD if below_autograd else "")
+
+
+def is_factory(argument_types: Iterable[str]) -> bool:
+    """Whether an operator with arguments of these schema types ("int[]", "Tensor?", "List[Tensor]") is a factory:
+    none holds a tensor. Compiled code runs a factory as torch's own factories do (below ADInplaceOrView)."""
+    return not any("Tensor" in t for t in argument_types)
 
 
 def is_view_op(name: str, overload: str) -> bool:

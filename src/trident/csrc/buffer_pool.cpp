@@ -124,6 +124,23 @@ bool fits(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, a
          t.storage_offset() == 0;
 }
 
+// Makes `buffer` (used on `stream`) the one the site keeps, in place of its last, unless that would take the pool past
+// its byte limit; false then.
+bool hold(BufferPoolObject* pool, PoolSite* site, const at::Tensor& buffer, int64_t stream) {
+  const int64_t bytes = static_cast<int64_t>(buffer.storage().nbytes());
+  if (pool->held_bytes - site->bytes + bytes > pool->limit_bytes) return false;
+  pool->held_bytes += bytes - site->bytes;
+  site->buffer = buffer;
+  site->stream = stream;
+  site->bytes = bytes;
+  return true;
+}
+
+// A new tensor with `like`'s sizes, strides and options on `storage` (from its start): not a view of any tensor.
+at::Tensor on_storage(const c10::Storage& storage, const at::Tensor& like) {
+  return at::empty({0}, like.options()).set_(storage, 0, like.sizes(), like.strides());
+}
+
 // The site's kept buffer if it can be handed out again, else a fresh one (kept for next time when allowed).
 // *usable_on (when given) is the stream the buffer will be used on, or -1 when none is usable.
 at::Tensor take(BufferPoolObject* pool, int64_t site_index, at::IntArrayRef sizes, at::IntArrayRef strides,
@@ -139,13 +156,7 @@ at::Tensor take(BufferPoolObject* pool, int64_t site_index, at::IntArrayRef size
   }
   at::Tensor fresh = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype).device(device));
   ++pool->allocations;
-  const int64_t bytes = static_cast<int64_t>(fresh.storage().nbytes());
-  if (usable && pool->held_bytes - site.bytes + bytes <= pool->limit_bytes) {
-    pool->held_bytes += bytes - site.bytes;
-    site.buffer = fresh;
-    site.stream = stream;
-    site.bytes = bytes;
-  }
+  if (usable) hold(pool, &site, fresh, stream);
   return fresh;
 }
 
@@ -169,7 +180,7 @@ void keep(BufferPoolObject* pool, int64_t site_index, at::Tensor& t) {
   PoolSite& site = (*pool->sites)[site_index];
   if (site.buffer.defined() && site.stream == stream && site.buffer.device() == t.device() &&
       static_cast<int64_t>(site.buffer.storage().nbytes()) == bytes && only_the_pool_holds(site.buffer)) {
-    at::Tensor moved = at::empty({0}, t.options()).set_(site.buffer.storage(), 0, t.sizes(), t.strides());
+    at::Tensor moved = on_storage(site.buffer.storage(), t);
     moved.copy_(t);
     // The op's version counter, as the op left it (copy_ counted one write of its own).
     moved.unsafeGetTensorImpl()->set_version_counter(t.unsafeGetTensorImpl()->version_counter());
@@ -178,14 +189,7 @@ void keep(BufferPoolObject* pool, int64_t site_index, at::Tensor& t) {
     return;
   }
   ++pool->allocations;
-  if (pool->held_bytes - site.bytes + bytes > pool->limit_bytes) {
-    ++pool->unkept;  // explain says so: a larger TRIDENT_BUFFER_POOL_MB would keep it
-    return;
-  }
-  pool->held_bytes += bytes - site.bytes;
-  site.buffer = at::empty({0}, t.options()).set_(storage, 0, t.sizes(), t.strides());
-  site.stream = stream;
-  site.bytes = bytes;
+  if (!hold(pool, &site, on_storage(storage, t), stream)) ++pool->unkept;  // explain names the knob that would keep it
 }
 
 // Whether the dispatcher would take these operands straight to the CUDA kernel (then calling it directly is

@@ -30,6 +30,7 @@ import torch.utils._pytree as pytree
 from trident import abi
 from trident.artifact import NoReplayPlan, ReplayPlan
 from trident.capture.inputs import leaf_value
+from trident.capture.results import STATIC_MARK
 from trident.guards.guard_set import GuardSet
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def _static_arguments(guards: GuardSet, slots: Sequence[object]) -> list[torch.T
     memcpy node per replay, two for one it writes. The mark is a promise, not a proof: a replay still compares their
     addresses, and one that moved runs directly."""
     leaves = (leaf_value(guard.path, slots, ()) for guard in guards.argument_tensors)
-    return [t for t in leaves if getattr(t, "_dynamo_static_input_type", None) is not None]
+    return [t for t in leaves if getattr(t, STATIC_MARK, None) is not None]
 
 
 class GraphRecorder:

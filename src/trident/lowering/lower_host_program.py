@@ -38,7 +38,7 @@ from .aliasing import PRIVATE_VIEW, is_private_view, op_schema
 from .pooled_allocations import POOL_KEEP, emit_pooled, kept_allocations, pool_kind
 from .symbolic_ints import checked_int_op, lower_scalar_op
 from ..torch_codes import device_type_code
-from ..typed_ops import typed_symbol
+from ..typed_ops import is_factory, typed_symbol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +186,7 @@ class HostProgramLowering:
         operations = [op.operation for op in block.operations]
         self.dying_at = _dying_values(operations)
         returned = list(operations[-1].operands) if operations and operations[-1].name == "func.return" else []
-        self.kept = set(kept_allocations(returned, self.state_writes, aten_name)) if self.pool_allocations else set()
+        self.kept = kept_allocations(returned, self.state_writes, aten_name) if self.pool_allocations else set()
         self.owned = _HandleTable(self.fb, "own", abi.TENSOR_DELETE)
         self.temps = _HandleTable(self.fb, "tmp", abi.DECREF)
         for arg, source in zip(block.arguments, self.placeholders):
@@ -445,7 +445,7 @@ class HostProgramLowering:
             call = abi.OP_CALL
             if schema is not None and makes_no_step(schema):
                 call = abi.VIEW_CALL
-            elif schema is not None and not any("Tensor" in str(a.type) for a in schema.arguments):
+            elif schema is not None and is_factory(str(a.type) for a in schema.arguments):
                 call = abi.FACTORY_CALL  # run as torch's own factories run it (op_call.cpp, call_factory)
             status = fb.call(call, [handle, args, fb.const(len(op.operands)), rets, fb.const(n_rets)])
         assert status is not None

@@ -128,19 +128,14 @@ def pool_kind(op: ir.Operation, aten_name: Callable[[ir.Operation], tuple[str, s
 
 def kept_allocations(
     returned: Sequence[ir.Value], state_writes: Sequence[StateWrite], aten_name: AtenName,
-) -> list[ir.Value]:
+) -> set[ir.Value]:
     """The fresh tensors (results of ATen ops) that the function stores into the caller's objects with the
-    static-address mark, directly or through views and in-place ops (`index_copy_` into a new cache), in the order
-    of the writes. `returned`: the operands of the function's return, which state writes index."""
-    kept: list[ir.Value] = []
-    for write in state_writes:
-        tree = write.value
-        if tree.kind != "graph" or not any(name == STATIC_MARK for name, _ in tree.value or ()):
-            continue
-        root = alias_root(returned[tree.index], aten_name)
-        if root is not None and root not in kept:
-            kept.append(root)
-    return kept
+    static-address mark, directly or through views and in-place ops (`index_copy_` into a new cache).
+    `returned`: the operands of the function's return, which state writes index."""
+    marked = (w.value for w in state_writes if w.value.kind == "graph")
+    roots = (alias_root(returned[tree.index], aten_name) for tree in marked
+             if any(name == STATIC_MARK for name, _ in tree.value or ()))
+    return {root for root in roots if root is not None}
 
 
 def emit_pooled(
