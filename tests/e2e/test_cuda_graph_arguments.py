@@ -51,6 +51,9 @@ def test_an_input_several_operators_read_is_staged_once_and_a_write_between_stag
     counts = graphs.recordings[0].counts
     # pos once (three readers), x once for its readers before the add_, once for add_ (in and out), once after
     assert counts["divergences"] == 0 and counts["staged_inputs"] == 4, (counts, text)
+    # The instantiated graph's own count: those four copies in and the one back after add_, no memset
+    assert counts["memcpy_nodes"] == 5 and counts["memset_nodes"] == 0, counts
+    assert counts["graph_nodes"] > counts["memcpy_nodes"] and counts["disabled_nodes"] == 0, counts
 
 
 @gpu

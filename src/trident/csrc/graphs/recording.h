@@ -94,9 +94,14 @@ struct Driver {
   CUresult (*function_name)(const char**, void*) = nullptr;
   CUresult (*kernel_name)(const char**, void*) = nullptr;
   CUresult (*set_node_enabled)(CUgraphExec, CUgraphNode, unsigned) = nullptr;
+  // optional, for counts only: the nodes of a recorded graph by type
+  CUresult (*graph_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+  CUresult (*node_type)(CUgraphNode, int*) = nullptr;
   bool memsets = false;  // all of the host scalars' entry points resolved (CUDA 12.3 and later)
 };
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+constexpr int kNodeTypeMemcpy = 1;         // CU_GRAPH_NODE_TYPE_MEMCPY
+constexpr int kNodeTypeMemset = 2;         // CU_GRAPH_NODE_TYPE_MEMSET
 extern Driver driver;  // resolved by resolve_driver (graphs/replay.cpp)
 
 // --- Steps ------------------------------------------------------------------------------------------------
