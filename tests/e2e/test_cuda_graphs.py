@@ -321,6 +321,34 @@ def test_fills_by_the_position_replay_with_their_value_patched(dtype: torch.dtyp
 
 
 @gpu
+def test_constant_fills_and_operands_get_no_memset_node() -> None:
+    """Every memset node costs every launch (0.5-0.9 us each on an H100, benchmarks/probes/graph_launch_cost.c), so
+    only scalars that change between calls are followed. The program's constants (HF attention's mask made with
+    scalar_tensor(0.0) and scalar_tensor(-inf) in every layer, a constant fill, a constant operand) stay in their
+    steps' signatures; the fill by the position gets its memset node. Every position replays with the direct
+    path's bits."""
+
+    def f(x: torch.Tensor, pos: int) -> torch.Tensor:
+        lengths = torch.full((4,), pos + 1, dtype=torch.int32, device=x.device)
+        zero = torch.scalar_tensor(0.0, device=x.device)
+        bias = torch.where(x > 0, zero, torch.scalar_tensor(float("-inf"), device=x.device))
+        threes = torch.full((4,), 3, dtype=torch.int32, device=x.device) * 2
+        return x + bias.exp() + lengths.sum() + threes.sum()
+
+    x = torch.randn(8, device="cuda")
+    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
+    for p in POSITIONS:
+        assert same_bits(with_graphs(x, p), direct(x, p)), f"position {p}"
+    last = len(with_graphs._trident.specializations) - 1  # type: ignore[attr-defined]
+    recording = graph_of(with_graphs, last)
+    assert recording is not None, trident.explain(with_graphs)
+    counts = recording.counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, trident.explain(with_graphs)
+    # lengths alone: one memset node (4-byte elements), its fill kernel disabled
+    assert counts["host_scalars"] == 1 and counts["memset_nodes"] == 1 and counts["disabled_nodes"] == 1, counts
+
+
+@gpu
 def test_integer_arithmetic_on_the_position_and_a_strided_view_at_it_replay() -> None:
     """A paged cache's slots (a column of the block table at pos // block, times block, plus pos % block) and a
     causal mask (arange <= pos): the column is staged as the bytes it spans, the int operands are 0-dim stand-ins
@@ -343,8 +371,8 @@ def test_integer_arithmetic_on_the_position_and_a_strided_view_at_it_replay() ->
     assert recording is not None, trident.explain(with_graphs)
     counts = recording.counts
     assert counts["divergences"] == 0 and counts["replays"] >= 36, (counts, trident.explain(with_graphs))
-    # * 4, + pos % 4 and <= pos; the column and x (an argument the index reads)
-    assert counts["host_scalars"] == 3 and counts["staged_inputs"] == 2, counts
+    # + pos % 4 and <= pos (* 4 is a constant: no memset node); the column and x (an argument the index reads)
+    assert counts["host_scalars"] == 2 and counts["staged_inputs"] == 2, counts
 
 
 @gpu

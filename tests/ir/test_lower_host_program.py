@@ -55,7 +55,8 @@ def test_listed_ops_call_typed_entries_and_release_after_last_use() -> None:
     filecheck(
         text,
         "CHECK: func.func @run(%ctx: !llvm.ptr, %slots: !llvm.ptr, %result: !llvm.ptr) -> i32\n"
-        + TAGS + constant("TAG_INT", abi.TAG_INT) + constant("SEVEN", 7) + constant("OK", 0, "i32")
+        + TAGS + constant("CONST_INT", abi.TAG_INT | abi.ARG_CONSTANT) + constant("SEVEN", 7)
+        + constant("OK", 0, "i32")
         # One stack region holds every call's arrays, sized for the largest: add's 3 (tag, value) pairs and result.
         + "CHECK-DAG: %scratch = llvm.alloca %[[SEVEN]] x i64\n"
         "CHECK: %[[X:.*]] = func.call @trident_tensor_handle\n"
@@ -63,7 +64,7 @@ def test_listed_ops_call_typed_entries_and_release_after_last_use() -> None:
         # add.Tensor(x, y, alpha=1)
         "CHECK: %[[ADD_ARGS:p[0-9]+]] = llvm.getelementptr %scratch[0] : (!llvm.ptr) -> !llvm.ptr, i64\n"
         + tensor_arg("ADD_ARGS", 0, "X") + tensor_arg("ADD_ARGS", 1, "Y")
-        + store("ADD_ARGS", 4, "TAG_INT") + store("ADD_ARGS", 5, "TAG_TENSOR")  # the int 1
+        + store("ADD_ARGS", 4, "CONST_INT") + store("ADD_ARGS", 5, "TAG_TENSOR")  # the int 1, a constant
         + "CHECK-NEXT: %[[RETS:p[0-9]+]] = llvm.getelementptr %scratch[6] : (!llvm.ptr) -> !llvm.ptr, i64\n"
         "CHECK-NEXT: %[[ADD_RC:.*]] = func.call @trident_aten_add_Tensor(%[[ADD_ARGS]], %[[RETS]]) : "
         "(!llvm.ptr, !llvm.ptr) -> i32\n"
@@ -90,12 +91,12 @@ def test_other_ops_go_through_the_boxed_dispatcher() -> None:
     assert ops == [("aten::cumsum", "")]  # operator handle 0 of the context's table
     filecheck(
         text,
-        TAGS + constant("TAG_INT", abi.TAG_INT) + constant("ZERO", 0) + constant("THREE", 3)
+        TAGS + constant("CONST_INT", abi.TAG_INT | abi.ARG_CONSTANT) + constant("ZERO", 0) + constant("THREE", 3)
         + "CHECK: %[[X:.*]] = func.call @trident_tensor_handle\n"
         # cumsum(x, dim=0, dtype=None)
         "CHECK: %[[ARGS:p[0-9]+]] = llvm.getelementptr %scratch[0]\n"
         + tensor_arg("ARGS", 0, "X")
-        + store("ARGS", 2, "TAG_INT") + store("ARGS", 3, "ZERO")
+        + store("ARGS", 2, "CONST_INT") + store("ARGS", 3, "ZERO")
         + store("ARGS", 4, "ZERO") + store("ARGS", 5, "ZERO")  # TAG_NONE
         + "CHECK-NEXT: %[[RETS:p[0-9]+]] = llvm.getelementptr %scratch[6]\n"
         "CHECK-NEXT: %[[OPSP:.*]] = llvm.getelementptr %ctx[0]\n"
@@ -123,6 +124,30 @@ def test_tuple_output_and_returned_input() -> None:
         "CHECK: %[[WRAPPED:.*]] = func.call @trident_wrap_tensor(%[[PRODUCT]])\n"
         "CHECK: func.call @trident_sequence_set(%[[TUPLE]], %[[TAG_TENSOR]], %[[WRAPPED]])\n"
         "CHECK: llvm.store %[[TUPLE]], %result\n",
+    )
+
+
+def test_a_constant_scalar_is_marked_constant_and_the_calls_int_is_not() -> None:
+    """A CUDA graph recording follows a changing fill value with memset nodes, which every launch pays for: the
+    program's own constants carry ARG_CONSTANT in their tag word (graphs/scalars.cpp leaves them in the step's
+    signature), the call's symbolic int does not."""
+
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.new_full((3,), n) + x.new_full((3,), 7)
+
+    text, _ = lowered_program(f, torch.randn(3), 5, dynamism=Dynamism(ints=frozenset({(1, ())})))
+    filecheck(
+        text,
+        TAGS + constant("TAG_INT", abi.TAG_INT) + constant("CONST_INT", abi.TAG_INT | abi.ARG_CONSTANT)
+        + constant("SEVEN", 7)
+        # new_full(x, size, fill_value, dtype, layout, device, pin_memory): the fill value is argument 2
+        + "CHECK: func.call @trident_read_int\n"
+        "CHECK: %[[ARGS_N:p[0-9]+]] = llvm.getelementptr %scratch[0]\n"
+        + store("ARGS_N", 4, "TAG_INT")
+        + "CHECK: func.call @trident_op_call(%{{.*}}, %[[ARGS_N]],\n"
+        "CHECK: %[[ARGS_7:p[0-9]+]] = llvm.getelementptr %scratch[0]\n"
+        + store("ARGS_7", 4, "CONST_INT") + store("ARGS_7", 5, "SEVEN")
+        + "CHECK: func.call @trident_op_call(%{{.*}}, %[[ARGS_7]],\n",
     )
 
 

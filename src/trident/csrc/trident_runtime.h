@@ -249,7 +249,9 @@ TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result);
  *   STRING          value = pointer to a NUL-terminated string
  *   DEVICE          value = a device code: (device_type << TRIDENT_DEVICE_CODE_TYPE_SHIFT) | index, the index
  *                   TRIDENT_DEVICE_CODE_NO_INDEX for none
- * The tag itself is tag_word & TRIDENT_ARG_TAG_MASK.
+ * The tag itself is tag_word & TRIDENT_ARG_TAG_MASK. An INT, DOUBLE or BOOL argument that is a constant of the
+ * program (the same value on every call) carries TRIDENT_ARG_CONSTANT in its tag word: a CUDA graph recording
+ * keeps it in the step's signature instead of following it (graphs/scalars.cpp).
  * `nargs` must equal the schema's argument count (defaults included, kwarg-only ones in schema order), or the
  * call fails. A NULL TENSOR handle passes None (for Tensor? arguments); a NULL TENSOR_LIST entry passes an
  * undefined tensor.
@@ -273,6 +275,7 @@ TRIDENT_API int32_t trident_value_truth(int32_t status, PyObject* result);
 
 #define TRIDENT_ARG_TAG_MASK 0xff
 #define TRIDENT_ARG_LENGTH_SHIFT 8
+#define TRIDENT_ARG_CONSTANT 256
 #define TRIDENT_DEVICE_CODE_TYPE_SHIFT 16
 #define TRIDENT_DEVICE_CODE_INDEX_MASK 0xffff
 #define TRIDENT_DEVICE_CODE_NO_INDEX 0xffff

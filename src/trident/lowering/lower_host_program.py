@@ -73,6 +73,7 @@ class _Lowered:
     items: list[_Lowered] = dataclasses.field(default_factory=list)  # list items
     elem: str = ""  # list element type text
     pyobject: str | None = None  # for inputs: the argument's PyObject*, to return it as itself
+    constant: bool = False  # int/float/bool: a constant of the program, the same on every call
 
 
 _INT_BINARY = {"torch.prim.max.int": "maxsi", "torch.prim.min.int": "minsi"}
@@ -348,11 +349,11 @@ class HostProgramLowering:
         kind = op.name.removeprefix("torch.constant.")
         attr = op.attributes["value"] if "value" in op.attributes else None
         if kind == "int":
-            return _Lowered("int", fb.const(ir.IntegerAttr(attr).value))
+            return _Lowered("int", fb.const(ir.IntegerAttr(attr).value), constant=True)
         if kind == "float":
-            return _Lowered("float", fb.const(ir.FloatAttr(attr).value, F64))
+            return _Lowered("float", fb.const(ir.FloatAttr(attr).value, F64), constant=True)
         if kind == "bool":
-            return _Lowered("bool", fb.const(int(ir.BoolAttr(attr).value)))
+            return _Lowered("bool", fb.const(int(ir.BoolAttr(attr).value)), constant=True)
         if kind == "none":
             return _Lowered("none")
         if kind == "str":
@@ -555,7 +556,8 @@ class HostProgramLowering:
             return abi.TAG_TENSOR, _ptr_to_int(fb, value.ssa)
         if value.kind in ("int", "bool", "float"):
             tag, bits = self._scalar_slot(value)
-            return tag, bits
+            # A constant is never followed by a graph recording's memset nodes, which every launch pays for
+            return (tag | abi.ARG_CONSTANT if value.constant else tag), bits
         if value.kind == "none":
             return abi.TAG_NONE, fb.const(0)
         if value.kind == "str":

@@ -218,20 +218,27 @@ bool is_int(int64_t tag_word) { return (tag_word & TRIDENT_ARG_TAG_MASK) == TRID
 
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
   if (!driver.memsets) return {};
+  // A constant of the program stays in the signature (it never changes): its memset nodes would cost every launch
+  // (about 0.5-0.9 us each on an H100, benchmarks/probes/graph_launch_cost.c) for nothing.
+  const auto constant = [&](int64_t argument) { return (args[2 * argument] & TRIDENT_ARG_CONSTANT) != 0; };
   for (const FillOperator& op : kFillOperators) {
     if (std::strcmp(name, op.name) != 0 || op.value_argument >= nargs) continue;
     const int64_t tag = args[2 * op.value_argument] & TRIDENT_ARG_TAG_MASK;
-    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_DOUBLE || tag == TRIDENT_TAG_BOOL) {
+    if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_DOUBLE || tag == TRIDENT_TAG_BOOL) &&
+        !constant(op.value_argument)) {
       return {HostScalar::kFill, uint64_t{1} << op.value_argument};
     }
   }
   if (arithmetic_operator(name) != nullptr && nargs >= 2 && (args[0] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_TENSOR) {
     const int64_t tag = args[2] & TRIDENT_ARG_TAG_MASK;
-    if (tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) return {HostScalar::kOperand, uint64_t{1} << 1};
+    if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && !constant(1)) {
+      return {HostScalar::kOperand, uint64_t{1} << 1};
+    }
   }
   const bool with_step = std::strcmp(name, "aten::arange.start_step") == 0;
   if ((with_step || std::strcmp(name, "aten::arange.start") == 0) && nargs >= (with_step ? 7 : 6) &&
-      is_int(args[0]) && is_int(args[2]) && (!with_step || is_int(args[4]))) {
+      is_int(args[0]) && is_int(args[2]) && (!with_step || is_int(args[4])) &&
+      !(constant(0) && constant(1) && (!with_step || constant(2)))) {
     return {HostScalar::kRange, with_step ? uint64_t{0b111} : uint64_t{0b11}};
   }
   return {};
