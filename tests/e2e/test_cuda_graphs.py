@@ -346,6 +346,7 @@ def test_constant_fills_and_operands_get_no_memset_node() -> None:
     assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, trident.explain(with_graphs)
     # lengths alone: one memset node (4-byte elements), its fill kernel disabled
     assert counts["host_scalars"] == 1 and counts["memset_nodes"] == 1 and counts["disabled_nodes"] == 1, counts
+    assert f"{counts['graph_nodes']} graph node(s), 1 of them memsets" in trident.explain(with_graphs)
 
 
 @gpu

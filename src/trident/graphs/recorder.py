@@ -165,8 +165,10 @@ class GraphRecorder:
             c = recording.counts
             text = (f"CUDA graph: {c['replays']} replay(s) of {c['kernel_nodes']} Triton node(s) and "
                     f"{c['opaque_steps']} other operator(s) ({c['staged_inputs']} staged argument(s), "
-                    f"{c['host_scalars']} host scalar(s) written by memset nodes); "
-                    f"{c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
+                    f"{c['host_scalars']} host scalar(s) written by memset nodes"
+                    + (f"; {c['graph_nodes']} graph node(s), {c['memset_nodes']} of them memsets"
+                       if c["graph_nodes"] >= 0 else "")
+                    + f"); {c['patched_nodes']} node patch(es), {c['divergences']} divergence(s)")  # fmt: skip
             if c["divergences"] and recording.failure:
                 text += f"; last divergence: {recording.failure}"
             lines.append(text)
