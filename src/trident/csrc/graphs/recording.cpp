@@ -244,6 +244,7 @@ PyObject* recording_set_plan(PyObject* self, PyObject* args) {
     }
     Py_XDECREF(pairs);
     step.kernel = kernel != 0;
+    if (step.kernel || !step.changing.empty()) plan->live.push_back(static_cast<uint32_t>(plan->steps.size()));
     plan->steps.push_back(std::move(step));
   }
   Py_XDECREF(steps);

@@ -239,6 +239,9 @@ struct Plan {
   WordsFn words_fn = nullptr;
   std::vector<int64_t> words;
   std::vector<PlanStep> steps;  // one per recorded step
+  // The steps a replay from the plan computes (kernels, and opaque steps with changing arguments), so that it does
+  // not walk the hundreds of opaque steps of an HF model that have nothing to compute (each a cache miss or two).
+  std::vector<uint32_t> live;
   PlanState state = PlanState::kLearning;
   PlanCheck check = PlanCheck::kNone;
   int proofs = 0, unvouched = 0;

@@ -60,7 +60,7 @@ bool compute_nodes(Recording* rec) {
   Plan& plan = *rec->plan;
   std::vector<Step>& steps = *rec->steps;
   std::vector<int64_t>& operands = plan.operands;
-  for (size_t i = 0; i < steps.size(); ++i) {
+  for (const uint32_t i : plan.live) {  // set_plan checked that the plan has the recording's steps
     Step& step = steps[i];
     PlanStep& ps = plan.steps[i];
     if (ps.kernel) {
