@@ -32,6 +32,7 @@ void recording_dealloc(PyObject* self) {
   delete rec->copies;
   delete rec->fresh_spans;
   delete rec->failure;
+  delete rec->launches;
   delete rec->times;
   Py_TYPE(self)->tp_free(self);
 }
@@ -70,6 +71,7 @@ PyObject* recording_new(PyTypeObject* type, PyObject* args, PyObject*) {
   rec->copies = new std::deque<std::pair<at::Tensor, at::Tensor>>();
   rec->fresh_spans = new std::unordered_map<const void*, at::Tensor>();
   rec->failure = new std::string();
+  rec->launches = new std::vector<const void*>();
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
     PyObject* item = PySequence_Fast_GET_ITEM(items, i);
     if (THPVariable_Check(item)) rec->constants->insert(storage_of(THPVariable_Unpack(item)));
@@ -124,6 +126,9 @@ PyObject* recording_end_capture(PyObject* self, PyObject*) {
     return PyErr_Format(PyExc_RuntimeError, "cuGraphInstantiate failed (CUresult %d)", status);
   }
   disable_superseded_fills(rec);
+  for (const Step& step : *rec->steps) {
+    if (step.kind == StepKind::kKernel) rec->launches->push_back(step.identity);
+  }
   rec->mode = Mode::kReplay;
   Py_RETURN_NONE;
 }

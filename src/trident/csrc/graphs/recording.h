@@ -276,6 +276,9 @@ struct Recording {
   std::deque<std::pair<at::Tensor, at::Tensor>>* copies;  // (fresh, source); source undefined: no copy of its own
   std::unordered_map<const void*, at::Tensor>* fresh_spans;  // replay: storage -> the fresh copy of its span
   std::string* failure;    // recording: why this program cannot be a graph; replay: why the last replay diverged
+  // the Triton launches a replay makes (their steps' identities, in order), counted per replay for explain without
+  // walking every opaque step
+  std::vector<const void*>* launches;
   CUgraph graph;         // owned, with its instantiation
   CUgraphExec exec;
   CUstream capture_stream;

@@ -645,9 +645,7 @@ ReplayOutcome launch_replay(Recording* rec, CUstream stream, PyObject* out, PyOb
     times->result_copies += now_ns() - launched_at;
   }
   if (count_launches) {
-    for (const Step& step : *rec->steps) {
-      if (step.kind == StepKind::kKernel) trident::count_native_launch(step.identity);
-    }
+    for (const void* launch : *rec->launches) trident::count_native_launch(launch);
   }
   rec->last_stream = stream;
   rec->replayed_before = true;
