@@ -322,7 +322,7 @@ def test_fills_by_the_position_replay_with_their_value_patched(dtype: torch.dtyp
 
 @gpu
 def test_constant_fills_and_operands_get_no_memset_node() -> None:
-    """Every memset node costs every launch (0.5-0.9 us each on an H100, benchmarks/probes/graph_launch_cost.c), so
+    """Every memset node costs every launch (0.7-1.5 us each on an H100, benchmarks/probes/graph_launch_cost.c), so
     only scalars that change between calls are followed. The program's constants (HF attention's mask made with
     scalar_tensor(0.0) and scalar_tensor(-inf) in every layer, a constant fill, a constant operand) stay in their
     steps' signatures; the fill by the position gets its memset node. Every position replays with the direct

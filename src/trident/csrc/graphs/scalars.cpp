@@ -219,7 +219,7 @@ bool is_int(int64_t tag_word) { return (tag_word & TRIDENT_ARG_TAG_MASK) == TRID
 HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
   if (!driver.memsets) return {};
   // A constant of the program stays in the signature (it never changes): its memset nodes would cost every launch
-  // (about 0.5-0.9 us each on an H100, benchmarks/probes/graph_launch_cost.c) for nothing.
+  // (0.7-1.5 us each on an H100, benchmarks/probes/graph_launch_cost.c) for nothing.
   const auto constant = [&](int64_t argument) { return (args[2 * argument] & TRIDENT_ARG_CONSTANT) != 0; };
   for (const FillOperator& op : kFillOperators) {
     if (std::strcmp(name, op.name) != 0 || op.value_argument >= nargs) continue;
