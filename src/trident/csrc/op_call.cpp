@@ -185,11 +185,11 @@ bool graph_returns(const c10::FunctionSchema& schema, uint64_t* scalars) {
 }
 
 int32_t call_boxed(const void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets);
-using Runner = int32_t (*)(const void*, const int64_t*, int64_t, AtenTensorHandle*, int64_t);
 
 // While a CUDA graph records or replays (graphs/replay.h): one opaque step, which `run` runs. Operators that make no
 // step come through trident_view_call instead (the compiler decides which, graphs/steps.py).
-int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets, Runner run) {
+int32_t graph_step(void* op, const int64_t* args, int64_t nargs, AtenTensorHandle* rets, int64_t nrets,
+                   trident::graphs::OpRunner run) {
   try {
     const auto& handle = *static_cast<const c10::OperatorHandle*>(op);
     const c10::FunctionSchema& schema = handle.schema();

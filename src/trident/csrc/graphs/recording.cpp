@@ -166,15 +166,16 @@ PyObject* recording_failure(PyObject* self, void*) {
 
 PyObject* recording_counts(PyObject* self, void*) {
   Recording* rec = as_recording(self);
-  int64_t kernels = 0, opaque = 0, staged = 0, scalars = 0;
+  int64_t kernels = 0, opaque = 0, staged = 0, scalars = 0, disabled = 0;  // disabled: superseded fill kernels
   for (const Step& s : *rec->steps) {
     if (s.kind == StepKind::kKernel) ++kernels;
     if (s.kind == StepKind::kOpaque) ++opaque;
     for (const StagedInput& input : s.staged) staged += input.in != nullptr;  // a memcpy node each
     for (const FollowedScalar& f : s.followed) scalars += f.nodes[0] != nullptr;
+    disabled += s.superseded_fill != nullptr;
   }
   // The instantiated graph's nodes by type (what its launch costs grows with): -1 where the driver cannot say.
-  long long nodes = -1, memsets = -1, memcpys = -1, disabled = 0;
+  long long nodes = -1, memsets = -1, memcpys = -1;
   size_t n = 0;
   if (rec->graph != nullptr && driver.graph_nodes != nullptr && driver.graph_nodes(rec->graph, nullptr, &n) == 0) {
     std::vector<CUgraphNode> all(n);
@@ -189,12 +190,12 @@ PyObject* recording_counts(PyObject* self, void*) {
       }
     }
   }
-  for (const Step& s : *rec->steps) disabled += s.superseded_fill != nullptr;
   return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "kernel_nodes", (long long)kernels,
                        "opaque_steps", (long long)opaque, "staged_inputs", (long long)staged, "host_scalars",
                        (long long)scalars, "replays", (long long)rec->replays, "divergences",
                        (long long)rec->divergences, "patched_nodes", (long long)rec->patched_nodes, "graph_nodes",
-                       nodes, "memset_nodes", memsets, "memcpy_nodes", memcpys, "disabled_nodes", disabled);
+                       nodes, "memset_nodes", memsets, "memcpy_nodes", memcpys, "disabled_nodes",
+                       (long long)disabled);
 }
 
 // time_replays(on: bool): from now on, sum where each replay's host time goes (ReplayTimes), from zero; or stop.
