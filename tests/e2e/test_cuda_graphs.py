@@ -436,15 +436,56 @@ def test_an_arange_whose_length_follows_the_position_diverges_rather_than_replay
 
 
 @gpu
-def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_says_which() -> None:
-    """Float arithmetic with a changing host scalar is not followed (the operand's rounding differs between a
-    kernel parameter and device memory): a call whose operand no recording has runs directly, explain names the
-    argument, and each value gets its own recording, up to four."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_arithmetic_and_comparisons_on_the_position_replay_with_their_operand_patched(dtype: torch.dtype) -> None:
+    """An int or float operand that follows the position, on a tensor whose arithmetic is float32 or float64 (a
+    rotary angle inv_freq * pos, x + pos * 0.125, an rsub, a comparison, an int tensor times a float): ATen's
+    kernel converts the scalar straight to that dtype, as the stand-in's memset writes it, so every position
+    replays with the direct path's bits and eager's values, and nothing else gets a recording."""
+
+    def f(x: torch.Tensor, inv_freq: torch.Tensor, steps: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
+        angle = inv_freq * pos
+        shifted = x + pos * 0.125
+        centred = 1.5 * pos - x
+        below = x < pos * 0.25
+        scaled = steps * (pos + 0.5)
+        return angle.cos(), shifted, centred, below, scaled
+
+    x = torch.randn(64, device="cuda", dtype=dtype) * 16
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 64, 2, device="cuda", dtype=dtype) / 64))
+    steps = torch.arange(8, device="cuda", dtype=torch.int32)
+    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
+    for p in POSITIONS:
+        got, want = with_graphs(x, inv_freq, steps, p), direct(x, inv_freq, steps, p)
+        assert all(same_bits(a, b) for a, b in zip(got, want)), f"position {p}"
+        assert all(same_bits(a, b) for a, b in zip(got, f(x, inv_freq, steps, p))), f"position {p}"
+    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
+    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+    graphs = with_graphs._trident.entry.graphs(len(specs) - 1)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert len(graphs.recordings) == 1, text
+    counts = graphs.recordings[0].counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    assert counts["host_scalars"] == 5, counts  # one operand per operator
+    assert counts["patched_nodes"] >= counts["replays"], counts
+
+
+@gpu
+@pytest.mark.parametrize("case", ["bfloat16", "alpha"])
+def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_which(case: str) -> None:
+    """A changing operand whose rounding could differ between a kernel parameter and device memory is not
+    followed: a bfloat16 tensor's (ATen keeps the scalar in float32, its op math type, where a stand-in would
+    hold a bfloat16), and a float sum's with alpha 2 (a product that FMA contraction may round either way). A
+    call whose operand no recording has runs directly, explain names the argument, and each value gets its own
+    recording, up to four."""
+    dtype, op = (torch.bfloat16, "mul") if case == "bfloat16" else (torch.float32, "add")
 
     def f(x: torch.Tensor, pos: int) -> torch.Tensor:
-        return x * (pos % 3) + 1
+        if case == "bfloat16":
+            return x * (pos % 3) + 1
+        return torch.add(x, pos % 3, alpha=2) + 1
 
-    x = torch.randn(64, device="cuda")
+    x = torch.randn(64, device="cuda", dtype=dtype)
     with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
     for p in range(1, 41):
         assert same_bits(with_graphs(x, p), direct(x, p)), f"position {p}"
@@ -453,7 +494,7 @@ def test_a_float_operand_that_changes_gets_a_recording_per_value_and_explain_say
     assert len(graphs.recordings) == 3 and graphs.pauses == 0 and graphs.replays >= 30, text
     failures = [r.failure for r in graphs.recordings if r.failure]
     assert failures, text
-    assert all(re.search(r"argument 1 of aten::mul\.Scalar is \d, recorded \d", f) for f in failures), failures
+    assert all(re.search(rf"argument 1 of aten::{op}\.Scalar is \d, recorded \d", f) for f in failures), failures
 
 
 @gpu

@@ -342,10 +342,10 @@ HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs);
 // the value; false otherwise, with the step left a plain opaque one.
 bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
                  int64_t value, CUgraphNode fill_kernel);
-// Recording, instead of running the operator: when `name` is integer arithmetic or a comparison (kOperand) on an
-// integral or bool CUDA tensor whose int or bool operand fits the dtype it promotes to, runs its Tensor overload on
-// a 0-dim stand-in written by a memset node on `stream`, sets *result and follows the operand. false: run the
-// operator as a plain opaque step.
+// Recording, instead of running the operator: when `name` is arithmetic or a comparison (kOperand) on a CUDA
+// tensor whose operand promotes to an integral, bool, float32 or float64 dtype it fits (alpha 1 for a floating
+// one), runs its Tensor overload on a 0-dim stand-in of that dtype written by memset nodes on `stream`, sets
+// *result and follows the operand. false: run the operator as a plain opaque step.
 bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
                     at::Tensor* result);
 // Recording, instead of running the operator: when `name` is an arange (kRange) of an integral dtype on the

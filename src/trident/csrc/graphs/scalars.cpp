@@ -13,11 +13,21 @@
  * memset nodes writing those bits right after the operator and disables the operator's own fill kernel in the
  * instantiated graph.
  *
- * Integer arithmetic and comparisons (`slots + pos % block_size` for a paged cache, `arange <= pos` for a
- * causal mask). With an integral or bool tensor and an int or bool operand the result is exact whether the
- * operand reaches the kernel by parameter or from device memory, so the recording runs the operator's Tensor
- * overload on a 0-dim stand-in of the result's dtype that a memset node writes (its type promotion is the
- * scalar's: the stand-in has the dtype the scalar promotes to).
+ * Arithmetic and comparisons (`slots + pos % block_size` for a paged cache, `arange <= pos` for a causal mask,
+ * `inv_freq * pos` for a rotary angle). The recording runs the operator's Tensor overload on a 0-dim stand-in of
+ * the dtype the scalar promotes to, which a memset node writes. That gives the Scalar overload's bits for every
+ * value where the operator computes in that dtype:
+ *  - integral and bool results: integer arithmetic is exact whichever way the operand reaches the kernel;
+ *  - float32 and float64 results (a float tensor, or an integral one with a float operand): ATen's CUDA kernels
+ *    convert a CPU scalar straight to the op math type (`scalar_value<opmath_t>`, Loops.cuh), which for these
+ *    dtypes is the dtype itself, the conversion the stand-in's bits come from (`Scalar::to<scalar_t>`). `mul`
+ *    and the comparisons apply one operation to the two values. `add`, `sub` and `rsub` compute
+ *    `a + alpha * b` (sub with -alpha): with alpha 1 the product is exact, so a contraction to FMA, which may
+ *    differ between the kernel with a scalar parameter and the one with two inputs, cannot change the sum;
+ *    another alpha is not followed.
+ * Half and bfloat16 results are not followed: their op math is float32, so the Scalar overload keeps a float32
+ * operand where the stand-in would round it to the tensor's dtype. Neither is `div` (a float scalar divisor
+ * becomes a multiplication by its reciprocal).
  *
  * Ranges (`torch.arange(pos, pos + 1)` for cache positions, `torch.arange(0, (batch + 1) * n, n)` for cumulative
  * lengths). An integral arange's elements are start + step * i, computed in int64 and converted to its dtype as
@@ -129,7 +139,8 @@ struct ArithmeticOperator {
 };
 
 // Operators (self, other[, alpha]) whose Scalar overload equals the Tensor overload on a 0-dim `other` of the
-// dtype the scalar promotes to, for integral and bool tensors and int and bool scalars.
+// dtype the scalar promotes to, where that dtype is integral, bool, float32 or float64 (and alpha is 1 for a
+// floating one; see the file's comment).
 constexpr ArithmeticOperator kArithmeticOperators[] = {
     {"aten::add.Scalar", Arithmetic::kAdd}, {"aten::sub.Scalar", Arithmetic::kSub},
     {"aten::rsub.Scalar", Arithmetic::kRsub}, {"aten::mul.Scalar", Arithmetic::kMul},
@@ -231,7 +242,7 @@ HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
   }
   if (arithmetic_operator(name) != nullptr && nargs >= 2 && (args[0] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_TENSOR) {
     const int64_t tag = args[2] & TRIDENT_ARG_TAG_MASK;
-    if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && !constant(1)) {
+    if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_DOUBLE || tag == TRIDENT_TAG_BOOL) && !constant(1)) {
       return {HostScalar::kOperand, uint64_t{1} << 1};
     }
   }
@@ -250,12 +261,14 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   if (op == nullptr || args[1] == 0) return false;
   const at::Tensor& self = tensor_at(args[1]);
   const at::Scalar other = scalar(args[2], args[3]);
-  if (!self.is_cuda() || !at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return false;
+  if (!self.is_cuda()) return false;
   const at::ScalarType promoted = at::result_type(self, other);
-  if (!at::isIntegralType(promoted, /*includeBool=*/true)) return false;
+  const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
+  const bool exact = at::isIntegralType(promoted, /*includeBool=*/true) ||
+                     ((promoted == at::kFloat || promoted == at::kDouble) && alpha.equal(1));
+  if (!exact) return false;
   FollowedScalar followed = followed_argument(args, 1, promoted);
   if (!stand_in(&followed, stream, self.options())) return false;  // the operand does not fit its dtype
-  const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
   *result = apply(op->op, self, followed.stand_in, alpha);
   follow(step, {followed});
   return true;
