@@ -322,6 +322,25 @@ def table(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(cells: list[dict[str, Any]]) -> str:
+    """Where each static cell's time over the device goes, per new token: HF's loop around the forward (the floor,
+    graphed_loop, minus the hand graph) and Trident's forward over the floor's (trident_jit minus graphed_loop),
+    with the replay's own host phases beside it. A line per (cache, batch) that has all three cells."""
+    lines = []
+    for cache, batch in sorted({(c["cache"], c["batch"]) for c in cells}, key=str):
+        ok = {c["system"]: c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c.get("ms_per_token")}
+        if not all(s in ok for s in ("trident_jit", "graphed_loop", "hand_graph")):
+            continue
+        device, floor, ours = (ok[s]["ms_per_token"] for s in ("hand_graph", "graphed_loop", "trident_jit"))
+        phases = ok["trident_jit"].get("replay_phases_us") or {}
+        inside = f"; inside the replay {phases['inside']:.0f} us" if "inside" in phases else ""
+        lines.append(f"{cache} cache, batch {batch}: trident.jit {ours:.3f} ms = device {device:.3f} "
+                     f"+ HF's loop {floor - device:+.3f} (the floor {floor:.3f}, {floor / device:.2f}x device) "
+                     f"+ Trident's forward over the floor's {ours - floor:+.3f}{inside}; "
+                     f"{ours / device:.2f}x device, {ours / floor:.2f}x the floor")
+    return "\n".join(lines)
+
+
 def plot(cells: list[dict[str, Any]], info: dict[str, Any], path: Path) -> str:
     """A bar chart of ms per token, one panel per (cache, batch), the hand graph's device time as a line; the
     machine and versions in the title. Written only where matplotlib is importable."""
@@ -374,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.plot_only:
             data = json.loads(path.read_text())
             print(table(data["cells"]))
+            print(breakdown(data["cells"]))
             print(plot(data["cells"], data["machine"], path.with_suffix(".png")))
         return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -381,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(info), flush=True)
     cells = measure(args, device)
     print(table(cells))
+    print(breakdown(cells))
     if args.out:
         args.out.write_text(json.dumps({"machine": info, "argv": sys.argv[1:], "cells": cells}, indent=1))
         print(plot(cells, info, args.out.with_suffix(".png")))

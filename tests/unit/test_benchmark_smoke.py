@@ -86,6 +86,18 @@ def test_hf_generate_runs(tmp_path: Path) -> None:
     assert "| static | 1 | trident_jit_cache |" in again.stdout, again.stdout
 
 
+def test_hf_generate_says_where_a_static_cells_time_over_the_device_goes(tmp_path: Path) -> None:
+    """From a GPU run's cells (kept in benchmarks/results): trident.jit's ms per token split into the device time,
+    HF's loop (the floor minus the hand graph) and Trident's forward over the floor's."""
+    copy = tmp_path / "cells.json"
+    copy.write_text((ROOT / "benchmarks/results/hf_generate_qwen2_kept_cache.h100.json").read_text())
+    result = run_benchmark("hf_generate.py", "--plot-only", str(copy))
+    assert ("static cache, batch 1: trident.jit 4.449 ms = device 4.219 + HF's loop +0.141 (the floor 4.360, "
+            "1.03x device) + Trident's forward over the floor's +0.088; inside the replay 167 us; 1.05x device, "
+            "1.02x the floor") in result.stdout, result.stdout
+    assert "static cache, batch 8: trident.jit 5.482 ms" in result.stdout, result.stdout
+
+
 def test_hf_token_time_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     run_benchmark("hf_token_time.py", "--model", "tiny", "--tokens", "3", "--out", str(out))
