@@ -518,6 +518,8 @@ def test_the_replay_plan_hands_a_call_it_cannot_vouch_for_to_the_host_program() 
     assert recording is not None and recording.plan["state"] == "on", text
     replays = recording.plan["replays"]
     assert replays >= 2, recording.plan
+    # w, read in place by the matmul, is a fixed word: one array of them is checked before the steps.
+    assert recording.plan["fixed_words"] >= 1, recording.plan
     moved = torch.randn(256, 256, device="cuda")  # 256 KB: too large to stage
     assert same_bits(with_graphs(x, moved, table, 5), f(x, moved, table, 5))
     assert recording.plan["fallbacks"] == 1 and recording.plan["replays"] == replays, recording.plan

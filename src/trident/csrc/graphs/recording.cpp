@@ -275,15 +275,16 @@ PyObject* recording_set_plan(PyObject* self, PyObject* args) {
 }
 
 // plan: None (no plan), or {"state": "learning" | "proving" | "on" | "off", "reason", "replays", "fallbacks",
-// "proofs", "nodes_computed"}.
+// "proofs", "nodes_computed", "fixed_words", "live_steps"}.
 PyObject* recording_plan(PyObject* self, void*) {
   const Plan* plan = as_recording(self)->plan;
   if (plan == nullptr) Py_RETURN_NONE;
   static const char* states[] = {"learning", "proving", "on", "off"};
-  return Py_BuildValue("{s:s,s:s,s:L,s:L,s:i,s:L}", "state", states[static_cast<int>(plan->state)], "reason",
+  return Py_BuildValue("{s:s,s:s,s:L,s:L,s:i,s:L,s:n,s:n}", "state", states[static_cast<int>(plan->state)], "reason",
                        plan->off_reason.c_str(), "replays", (long long)plan->replays, "fallbacks",
                        (long long)plan->fallbacks, "proofs", plan->proofs, "nodes_computed",
-                       (long long)plan->nodes_computed);
+                       (long long)plan->nodes_computed, "fixed_words", static_cast<Py_ssize_t>(plan->fixed.size()),
+                       "live_steps", static_cast<Py_ssize_t>(plan->live.size()));
 }
 
 PyMethodDef recording_methods[] = {

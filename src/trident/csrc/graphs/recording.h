@@ -235,13 +235,25 @@ enum class PlanState { kLearning, kProving, kOn, kOff };
 // could not vouch for a call the graph replays.
 enum class PlanCheck { kNone, kLearn, kProve, kUnvouched };
 
+// A word a replay from the plan must find at the value it was learned with: an opaque step's changing argument
+// that is neither staged nor followed (a cache's address, a word only because the cache is an argument).
+struct FixedWord {
+  int64_t word;
+  int64_t value;  // what plan.words[word] must be: the recorded address or bits minus the learned offset
+};
+
 struct Plan {
   WordsFn words_fn = nullptr;
   std::vector<int64_t> words;
   std::vector<PlanStep> steps;  // one per recorded step
   // The steps a replay from the plan computes (kernels, and opaque steps with changing arguments), so that it does
   // not walk the hundreds of opaque steps of an HF model that have nothing to compute (each a cache miss or two).
+  // Once learned, an opaque step whose changing arguments are all fixed words leaves it for `fixed`.
   std::vector<uint32_t> live;
+  // Once learned: the fixed words of every opaque step, each (word, value) once, in one array a replay scans
+  // before the steps (an HF decode step has ~100 such arguments; walking their steps' vectors cost ~20 us a
+  // replay on an H100 host, cold after HF's loop).
+  std::vector<FixedWord> fixed;
   PlanState state = PlanState::kLearning;
   PlanCheck check = PlanCheck::kNone;
   int proofs = 0, unvouched = 0;

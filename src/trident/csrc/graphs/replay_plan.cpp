@@ -60,6 +60,9 @@ bool compute_nodes(Recording* rec) {
   Plan& plan = *rec->plan;
   std::vector<Step>& steps = *rec->steps;
   std::vector<int64_t>& operands = plan.operands;
+  for (const FixedWord& fixed : plan.fixed) {
+    if (plan.words[fixed.word] != fixed.value) return false;
+  }
   for (const uint32_t i : plan.live) {  // set_plan checked that the plan has the recording's steps
     Step& step = steps[i];
     PlanStep& ps = plan.steps[i];
@@ -106,6 +109,39 @@ bool compute_nodes(Recording* rec) {
     if (takes_scalars && !replay_followed_scalars(rec, &step)) return false;
   }
   return true;
+}
+
+// Whether changing argument j of opaque step `step` is patched (staged, or a followed scalar) rather than fixed.
+bool patched_argument(Step& step, const PlanStep& ps, size_t j) {
+  const int64_t argument = ps.changing[j].first, item = ps.items[j];
+  return staged_input(step, argument, item) != nullptr ||
+         (item < 0 && argument < 64 && (step.followed_arguments >> argument & 1));
+}
+
+// After learning: moves the fixed words of opaque steps into one deduplicated array, and the steps that have
+// nothing else to compute out of `live`.
+void gather_fixed_words(Recording* rec) {
+  Plan& plan = *rec->plan;
+  std::vector<Step>& steps = *rec->steps;
+  std::vector<uint32_t> live;
+  plan.fixed.clear();
+  for (const uint32_t i : plan.live) {
+    PlanStep& ps = plan.steps[i];
+    bool patched = ps.kernel;
+    for (size_t j = 0; !ps.kernel && j < ps.changing.size(); ++j) {
+      if (patched_argument(steps[i], ps, j)) {
+        patched = true;
+        continue;
+      }
+      const FixedWord fixed{ps.changing[j].second, static_cast<int64_t>(static_cast<uint64_t>(ps.recorded[j]) -
+                                                                        static_cast<uint64_t>(ps.offsets[j]))};
+      bool known = false;  // once per plan: a linear search of a few hundred entries at most
+      for (const FixedWord& f : plan.fixed) known = known || (f.word == fixed.word && f.value == fixed.value);
+      if (!known) plan.fixed.push_back(fixed);
+    }
+    if (patched) live.push_back(i);  // its fixed words are checked twice: once here, once with its step
+  }
+  plan.live = std::move(live);
 }
 
 bool apply_plan(Recording* rec) {
@@ -185,6 +221,7 @@ void after_program(Recording* rec, bool diverged, int64_t patched_before) {
       return plan_off(plan, "the host program handed out " + std::to_string(plan->outputs.size()) +
                                 " tensor(s), the plan builds " + std::to_string(plan->n_outputs));
     }
+    gather_fixed_words(rec);
     plan->state = PlanState::kProving;
     return;
   }
