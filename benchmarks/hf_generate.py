@@ -23,6 +23,9 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
                whose decode forwards copy their inputs into a CUDA graph of the step captured by hand and replay
                it: HF's own loop around that device time, the floor of any system inside generate (the loop
                syncs on the device every token, so its host time between two forwards is not hidden)
+trident_jit's cell also gives `graph_device_ms` (static cache, CUDA): the GPU time of its recorded decode step, one
+kept call repeated back to back. For HF models that, not hand_graph, is the device time of eager's kernels: HF's mask
+code takes other branches while a stream captures (transformers' is_tracing() is true then).
 ms per new token = (time(generate `tokens`) - time(generate 1 token)) / (tokens - 1), median over rounds, after two
 warm-up generates (which compile: `tokens` new tokens, then 1). Prints a table and writes JSON with the machine and
 versions, and a plot next to it where matplotlib is importable (`--plot-only` plots result files made before).
@@ -179,6 +182,57 @@ def positions_kept(cache: Any) -> Callable[[], None]:
     return put_back
 
 
+KEPT_FORWARD = 4  # the decode call kept_decode_call repeats: the 5th forward of a generate (the 1st is the prefill)
+KEPT_REPEATS = 50  # calls per round: each writes the next cache position, and the cache ends at prompt + tokens
+
+
+def kept_decode_call(ready: Any, generate: Callable[[], Any]) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """One decode call of a generate of `ready` (its KEPT_FORWARD-th forward, arguments copied as they were), as a
+    function that calls the model again with them, and a function that puts the call's cache positions back as
+    they were before it (as they are when this returns). Repeated, each call writes the next position of the same
+    cache: KEPT_REPEATS calls fit between two put-backs."""
+    cls = type(ready)
+    forward = cls.__call__
+    kept: list[tuple[tuple[Any, ...], dict[str, Any], Callable[[], None]]] = []
+    count = [0]
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if count[0] == KEPT_FORWARD:  # generate updates some inputs in place: the kept ones are copies
+            copies = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+            kept.append((args, copies, positions_kept(kwargs["past_key_values"])))
+        count[0] += 1
+        return forward(self, *args, **kwargs)
+
+    cls.__call__ = spy
+    try:
+        generate()
+    finally:
+        cls.__call__ = forward
+    args, kwargs, put_back = kept[0]
+    put_back()  # the generate went on past the kept call
+    return (lambda: ready(*args, **kwargs)), put_back
+
+
+def graph_device_ms(ready: Any, generate: Callable[[], Any], rounds: int) -> float:
+    """GPU ms per call of one decode call repeated back to back (kept_decode_call), timed by CUDA events: the host
+    runs ahead, so this is the device time of the graph Trident recorded, eager's kernels. A hand-captured graph
+    of an HF model is not that: transformers' `is_tracing()` is true while the stream captures, so its mask code
+    takes the branches it takes under torch.compile (benchmarks/README.md, thirteenth session)."""
+    call, put_back = kept_decode_call(ready, generate)
+    times = []
+    for _ in range(rounds):
+        put_back()
+        call()  # a replay like every other: the first after the put-back may not be
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(KEPT_REPEATS - 1):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / (KEPT_REPEATS - 1))
+    return statistics.median(times)
+
+
 _EXPLAIN_LINES = ("trident.jit", "specialization", "CUDA graph", "replay plan", "last miss", "eager", "runs eagerly",
                   "buffer pool", "disk cache")
 
@@ -283,6 +337,9 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                                            if line.lstrip().startswith(_EXPLAIN_LINES)]
                         if device.type == "cuda":
                             cell["replay_phases_us"] = replay_phases(ready, lambda: run(ids, args.tokens), device)
+                            if cache == "static":
+                                cell["graph_device_ms"] = graph_device_ms(ready, lambda: run(ids, args.tokens),
+                                                                          args.rounds)
                 except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
                     cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
                 cells.append(cell)
@@ -334,6 +391,8 @@ def breakdown(cells: list[dict[str, Any]]) -> str:
         device, floor, ours = (ok[s]["ms_per_token"] for s in ("hand_graph", "graphed_loop", "trident_jit"))
         phases = ok["trident_jit"].get("replay_phases_us") or {}
         inside = f"; inside the replay {phases['inside']:.0f} us" if "inside" in phases else ""
+        own = ok["trident_jit"].get("graph_device_ms")
+        inside += f"; Trident's own graph back to back {own:.3f} ms on the GPU" if own else ""
         lines.append(f"{cache} cache, batch {batch}: trident.jit {ours:.3f} ms = device {device:.3f} "
                      f"+ HF's loop {floor - device:+.3f} (the floor {floor:.3f}, {floor / device:.2f}x device) "
                      f"+ Trident's forward over the floor's {ours - floor:+.3f}{inside}; "

@@ -98,6 +98,33 @@ def test_hf_generate_says_where_a_static_cells_time_over_the_device_goes(tmp_pat
     assert "static cache, batch 8: trident.jit 5.482 ms" in result.stdout, result.stdout
 
 
+def test_hf_generate_repeats_a_kept_decode_call_within_the_cache() -> None:
+    """The call graph_device_ms times back to back on a GPU (here on the CPU, the same HF code): a decode call of
+    a generate, repeated KEPT_REPEATS times, writes the cache's next positions without running past its end (more
+    repeats do, with eager's error), and after the put-back it gives the first repeat's logits again."""
+    import pytest
+    import torch
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.hf_generate import KEPT_REPEATS, build_model, generate_fn, kept_decode_call
+
+    ready, run = generate_fn("trident_jit", "static", build_model("tiny", torch.device("cpu")))
+    ids = torch.randint(1, 100, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        run(ids, 64)
+        call, put_back = kept_decode_call(ready, lambda: run(ids, 64))
+        first = call().logits
+        for _ in range(KEPT_REPEATS - 1):
+            call()
+        with pytest.raises(IndexError, match="out of bounds"):
+            for _ in range(80):  # the cache holds prompt + 64 - 1 = 79 positions
+                call()
+        put_back()
+        again = call().logits
+    assert torch.equal(first, again)
+
+
 def test_hf_token_time_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     run_benchmark("hf_token_time.py", "--model", "tiny", "--tokens", "3", "--out", str(out))
