@@ -190,7 +190,8 @@ def kept_decode_call(ready: Any, generate: Callable[[], Any]) -> tuple[Callable[
     """One decode call of a generate of `ready` (its KEPT_FORWARD-th forward, arguments copied as they were), as a
     function that calls the model again with them, and a function that puts the call's cache positions back as
     they were before it (as they are when this returns). Repeated, each call writes the next position of the same
-    cache: KEPT_REPEATS calls fit between two put-backs."""
+    cache: KEPT_REPEATS calls fit between two put-backs. The call runs under no_grad, as generate's do, so it
+    takes the specialization (and on CUDA the recorded graph) they took."""
     cls = type(ready)
     forward = cls.__call__
     kept: list[tuple[tuple[Any, ...], dict[str, Any], Callable[[], None]]] = []
@@ -210,7 +211,12 @@ def kept_decode_call(ready: Any, generate: Callable[[], Any]) -> tuple[Callable[
         cls.__call__ = forward
     args, kwargs, put_back = kept[0]
     put_back()  # the generate went on past the kept call
-    return (lambda: ready(*args, **kwargs)), put_back
+
+    def call() -> Any:
+        with torch.no_grad():  # as generate calls the forward: grad mode is part of a specialization's guard
+            return ready(*args, **kwargs)
+
+    return call, put_back
 
 
 def graph_device_ms(ready: Any, generate: Callable[[], Any], rounds: int) -> float:
