@@ -52,6 +52,11 @@ StagedInput* staged_input(Step& step, int64_t argument, int64_t item) {
   return nullptr;
 }
 
+// Whether argument `argument` itself (`item` -1) is a host scalar the step's memset nodes follow.
+bool is_followed(const Step& step, int64_t argument, int64_t item) {
+  return item < 0 && argument < 64 && (step.followed_arguments >> argument & 1);
+}
+
 // Computes and patches every node of the recording from the plan's words; a kernel node whose changing values are
 // those it was last computed from is left as it is while the plan's nodes are current. false: the plan cannot vouch
 // for this call (nodes patched so far stay patched to what this call needs; the host program's replay compares with
@@ -99,7 +104,7 @@ bool compute_nodes(Recording* rec) {
       const int64_t value = plan.words[ps.changing[j].second] + ps.offsets[j];
       if (StagedInput* staged = staged_input(step, argument, item)) {
         if (!follow_staged(rec, staged, static_cast<uint64_t>(value))) return false;
-      } else if (item < 0 && argument < 64 && (step.followed_arguments >> argument & 1)) {
+      } else if (is_followed(step, argument, item)) {
         take_followed(&step, argument, ps.tags[j], value);
         takes_scalars = true;
       } else if (value != ps.recorded[j]) {
@@ -114,8 +119,7 @@ bool compute_nodes(Recording* rec) {
 // Whether changing argument j of opaque step `step` is patched (staged, or a followed scalar) rather than fixed.
 bool patched_argument(Step& step, const PlanStep& ps, size_t j) {
   const int64_t argument = ps.changing[j].first, item = ps.items[j];
-  return staged_input(step, argument, item) != nullptr ||
-         (item < 0 && argument < 64 && (step.followed_arguments >> argument & 1));
+  return staged_input(step, argument, item) != nullptr || is_followed(step, argument, item);
 }
 
 // After learning: moves the fixed words of opaque steps into one deduplicated array, and the steps that have
