@@ -413,6 +413,43 @@ def test_aranges_that_follow_the_position_replay_with_their_start_and_step_patch
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_aranges_and_linspaces_that_follow_the_position_replay_with_eager_bits(dtype: torch.dtype) -> None:
+    """A float32 or float64 arange (int or float bounds, ascending or descending) or linspace whose bounds follow
+    the position is made in the graph by Trident's own kernel from stand-ins that memset nodes write: every
+    position replays with the direct path's and eager's bits. ATen rounds start + step * i once (a fused
+    multiply-add); the positions here include values where rounding the product first gives other bits, so a
+    kernel that did would fail."""
+
+    def f(x: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
+        from_ints = torch.arange(pos, pos + 8, dtype=dtype, device=x.device)
+        tenths = torch.arange(pos * 0.5, pos * 0.5 + 0.75, 0.1, dtype=dtype, device=x.device)  # 8 long
+        descending = torch.arange(pos + 0.5, pos - 3.5, -0.3, dtype=dtype, device=x.device)  # 14 long
+        spread = torch.linspace(pos * 0.1, pos * 1.7 + 1, 33, dtype=dtype, device=x.device)
+        return x + from_ints.sum() + spread.sum(), from_ints, tenths, descending, spread
+
+    x = torch.randn(8, device="cuda", dtype=dtype)
+    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
+    for p in POSITIONS:
+        got, want, eager = with_graphs(x, p), direct(x, p), f(x, p)
+        assert [k for k, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)] == [], f"position {p}"
+        assert [k for k, (a, b) in enumerate(zip(got, eager)) if not same_bits(a, b)] == [], f"position {p}"
+    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
+    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+    graphs = with_graphs._trident.entry.graphs(len(specs) - 1)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert len(graphs.recordings) == 1, text
+    counts = graphs.recordings[0].counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    assert counts["host_scalars"] == 7, counts  # start; start, step; start, step; start, end
+    # The data can tell one rounding from two: with the product rounded first, some element differs from eager's.
+    i = torch.arange(8, device="cuda", dtype=dtype)
+    step = torch.tensor(0.1, device="cuda", dtype=dtype)
+    twice_rounded = [torch.tensor(p * 0.5, device="cuda", dtype=dtype) + step * i for p in POSITIONS]
+    assert any(not same_bits(r, f(x, p)[2]) for p, r in zip(POSITIONS, twice_rounded))
+
+
+@gpu
 def test_an_arange_whose_length_follows_the_position_diverges_rather_than_replay_a_stale_length() -> None:
     """The end of a followed arange decides its length: a call that gives another length than the recorded one
     diverges (explain says so) and runs directly, with eager's result; one of the recorded length replays."""

@@ -94,6 +94,9 @@ struct Driver {
   CUresult (*function_name)(const char**, void*) = nullptr;
   CUresult (*kernel_name)(const char**, void*) = nullptr;
   CUresult (*set_node_enabled)(CUgraphExec, CUgraphNode, unsigned) = nullptr;
+  // optional: Trident's own range kernels (graphs/range_kernels.cpp)
+  CUresult (*module_load_data)(void**, const void*) = nullptr;
+  CUresult (*module_get_function)(void**, void*, const char*) = nullptr;
   // optional, for counts only: the nodes of a recorded graph by type
   CUresult (*graph_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
   CUresult (*node_type)(CUgraphNode, int*) = nullptr;
@@ -145,9 +148,10 @@ struct SharedCopy {
 
 // A host scalar argument that changes, followed by the recording instead of being part of the step's signature
 // (graphs/scalars.cpp): a fill's value (aten::full at the position; memset nodes write the result after the
-// operator, whose own fill kernel is disabled in the instantiated graph), the int operand of integer arithmetic
-// and an integral arange's start and step (memset nodes write a 0-dim stand-in that the operators recorded in its
-// place read), or an arange's end (no node: it decides the length, which must stay the recorded one).
+// operator, whose own fill kernel is disabled in the instantiated graph), the operand of arithmetic, an arange's
+// start and step and a linspace's start and end (memset nodes write a 0-dim stand-in that the operators or the
+// range kernel recorded in its place read), or an arange's end (no node: it decides the length, which must stay
+// the recorded one).
 struct FollowedScalar {
   int64_t argument = -1;
   int64_t tag_word = 0, value = 0;  // as the last call gave it
@@ -158,8 +162,8 @@ struct FollowedScalar {
 };
 
 // An arange whose start, end and step are followed (Step::followed holds them in that order; arange.start has no
-// step: a step of 1): its result is start + step * i, made by operators on the stand-ins, for the recorded
-// length only.
+// step: a step of 1): its result is start + step * i, made from the stand-ins, for the recorded length only. A
+// followed linspace has none (its length is an int of its signature).
 struct FollowedRange {
   int64_t length = -1;  // -1: the step is no arange
   at::ScalarType dtype = at::kLong;
@@ -360,11 +364,22 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
 // *result and follows the operand. false: run the operator as a plain opaque step.
 bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
                     at::Tensor* result);
-// Recording, instead of running the operator: when `name` is an arange (kRange) of an integral dtype on the
-// recording's device with int start, end and step, makes its result from stand-ins of start and step written by
-// memset nodes (start + step * i), sets *result and follows all three. false: run the operator as a plain step.
+// Recording, instead of running the operator: when `name` is an arange or linspace (kRange) on the recording's
+// device, of an integral dtype with int start, end and step (an arange), or of float32 or float64, makes its
+// result from stand-ins of its bounds written by memset nodes (graphs/scalars.cpp), sets *result and follows them.
+// false: run the operator as a plain step.
 bool record_range(Step* step, CUstream stream, int32_t device, const char* name, const int64_t* args, int64_t nargs,
                   at::Tensor* result);
+// Trident's own kernels for a followed float32 or float64 range (graphs/range_kernels.cpp).
+enum class RangeKernel {
+  kArange,    // out[i] = first + second * i: an arange's start and step
+  kLinspace,  // out has `steps` elements from first to second: a linspace's start and end
+};
+// Launches the kernel of `kind` on `stream`, writing the contiguous `out` from the 0-dim `first` and `second` of its
+// dtype (float32 or float64) as ATen's kernel computes it; false when it cannot (another dtype, a driver without
+// module loading, a module the driver refused).
+bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
+                         CUstream stream);
 // Replay: takes this call's value of followed argument `argument`.
 void take_followed(Step* step, int64_t argument, int64_t tag_word, int64_t value);
 // Replay, once every followed argument has this call's value: patches the memset nodes whose values convert to

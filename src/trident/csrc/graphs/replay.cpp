@@ -466,6 +466,10 @@ bool resolve_driver(void* libcuda) {
             trident::resolve(libcuda, "cuFuncGetName", &d.function_name) &&
             trident::resolve(libcuda, "cuKernelGetName", &d.kernel_name) &&
             trident::resolve(libcuda, "cuGraphNodeSetEnabled", &d.set_node_enabled);
+  if (!trident::resolve(libcuda, "cuModuleLoadData", &d.module_load_data) ||
+      !trident::resolve(libcuda, "cuModuleGetFunction", &d.module_get_function)) {
+    d.module_load_data = nullptr;  // a floating range whose bounds change then diverges (graphs/scalars.cpp)
+  }
   if (!trident::resolve(libcuda, "cuGraphGetNodes", &d.graph_nodes) ||
       !trident::resolve(libcuda, "cuGraphNodeGetType", &d.node_type)) {
     d.graph_nodes = nullptr;

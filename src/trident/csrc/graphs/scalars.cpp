@@ -30,10 +30,16 @@
  * becomes a multiplication by its reciprocal).
  *
  * Ranges (`torch.arange(pos, pos + 1)` for cache positions, `torch.arange(0, (batch + 1) * n, n)` for cumulative
- * lengths). An integral arange's elements are start + step * i, computed in int64 and converted to its dtype as
- * ATen's kernel computes them, so the recording makes the result from int64 stand-ins of start and step that
- * memset nodes write and a constant iota (addcmul, then a conversion). Its end is followed without a node: with
- * start and step it decides the length, which must stay the recorded one (ATen's RangeFactories formula).
+ * lengths, `torch.linspace(0, pos, n)`). An integral arange's elements are start + step * i, computed in int64 and
+ * converted to its dtype as ATen's kernel computes them, so the recording makes the result from int64 stand-ins of
+ * start and step that memset nodes write and a constant iota (addcmul, then a conversion). A float32 or float64
+ * arange or linspace is made by Trident's own kernel (graphs/range_kernels.cpp) from stand-ins of its dtype (start
+ * and step; a linspace's start and end): ATen contracts its element's product and sum into one FMA, which no ATen
+ * operator on stand-ins reproduces. An arange's end is followed without a node: with start and step it decides the
+ * length, which must stay the recorded one (ATen's RangeFactories formula); a linspace's length is its steps, an
+ * int that stays in the signature. Half and bfloat16 ranges are not followed (a linspace rounds its step to the
+ * dtype and its products and sums one by one; an arange converts from float32 after the FMA: both could be
+ * written, and are not yet).
  *
  * A replay patches the memset nodes (cuGraphExecMemsetNodeSetParams) when a scalar converts to other bits, and
  * diverges when it does not convert or gives another length (the direct call then does what eager does: raise
@@ -171,21 +177,29 @@ at::Tensor apply(Arithmetic op, const at::Tensor& self, const at::Tensor& other,
   return at::Tensor();
 }
 
-// The length aten::arange gives (start, end, step) for a result of `dtype`, as RangeFactories computes it (an exact
-// integer formula for int64, doubles otherwise); false where the direct call raises instead (a zero step, an end
-// on the wrong side of start for the step's sign, a size out of range).
-bool range_length(at::ScalarType dtype, int64_t start, int64_t end, int64_t step, int64_t* length) {
-  if (step == 0 || !((step > 0 && end >= start) || (step < 0 && end <= start))) return false;
+// The length aten::arange gives (start, end, step) for a result of `dtype`, as RangeFactories computes it (bounds
+// checked in doubles; an exact integer formula for int64, doubles otherwise); false where the direct call raises
+// instead (a zero step, a bound that is not finite, an end on the wrong side of start for the step's sign, a size
+// out of range).
+bool range_length(at::ScalarType dtype, const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                  int64_t* length) {
+  const double xstart = start.to<double>(), xend = end.to<double>(), xstep = step.to<double>();
+  if (!(xstep > 0 || xstep < 0) || !std::isfinite(xstart) || !std::isfinite(xend) ||
+      !((xstep > 0 && xend >= xstart) || (xstep < 0 && xend <= xstart))) {
+    return false;
+  }
   double size;
   if (dtype == at::kLong) {
+    if (!start.isIntegral(false) || !end.isIntegral(false) || !step.isIntegral(false)) return false;
+    const int64_t istart = start.to<int64_t>(), iend = end.to<int64_t>(), istep = step.to<int64_t>();
     // int64 arithmetic as ATen's (two's complement: computed unsigned, where an overflow is defined)
-    const int64_t sign = (step > 0) - (step < 0);
-    const auto span = static_cast<int64_t>(static_cast<uint64_t>(end) - static_cast<uint64_t>(start) +
-                                           static_cast<uint64_t>(step) - static_cast<uint64_t>(sign));
-    if (span == std::numeric_limits<int64_t>::min() && step == -1) return false;  // the division itself traps
-    size = std::ceil(static_cast<double>(span / step));
+    const int64_t sign = (istep > 0) - (istep < 0);
+    const auto span = static_cast<int64_t>(static_cast<uint64_t>(iend) - static_cast<uint64_t>(istart) +
+                                           static_cast<uint64_t>(istep) - static_cast<uint64_t>(sign));
+    if (span == std::numeric_limits<int64_t>::min() && istep == -1) return false;  // the division itself traps
+    size = std::ceil(static_cast<double>(span / istep));
   } else {
-    size = std::ceil((static_cast<double>(end) - static_cast<double>(start)) / static_cast<double>(step));
+    size = std::ceil((xend - xstart) / xstep);
   }
   if (!(size >= 0 && size <= static_cast<double>(std::numeric_limits<int64_t>::max()))) return false;
   *length = static_cast<int64_t>(size);
@@ -215,8 +229,13 @@ FollowedScalar followed_argument(const int64_t* args, int64_t argument, at::Scal
   return followed_argument(argument, args[2 * argument], args[2 * argument + 1], dtype);
 }
 
+// A followed scalar as the operator gets it.
+at::Scalar scalar_of(const FollowedScalar& followed) { return scalar(followed.tag_word, followed.value); }
+
 // An arange's step: its third followed scalar, or 1 for arange.start.
-int64_t range_step(const Step& step) { return step.followed.size() > 2 ? step.followed[2].value : 1; }
+at::Scalar range_step(const Step& step) {
+  return step.followed.size() > 2 ? scalar_of(step.followed[2]) : at::Scalar(int64_t{1});
+}
 
 void follow(Step* step, std::vector<FollowedScalar> followed) {
   for (const FollowedScalar& f : followed) step->followed_arguments |= uint64_t{1} << f.argument;
@@ -224,6 +243,25 @@ void follow(Step* step, std::vector<FollowedScalar> followed) {
 }
 
 bool is_int(int64_t tag_word) { return (tag_word & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_INT; }
+bool is_number(int64_t tag_word) { return is_int(tag_word) || (tag_word & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE; }
+
+struct RangeOperator {
+  const char* name;
+  int64_t scalars;  // its Scalar arguments, first in the schema: start, end[, step]
+  int64_t options;  // where dtype, layout, device and pin_memory begin
+  bool linspace;
+};
+
+constexpr RangeOperator kRangeOperators[] = {
+    {"aten::arange.start", 2, 2, false}, {"aten::arange.start_step", 3, 3, false}, {"aten::linspace", 2, 3, true},
+};
+
+const RangeOperator* range_operator(const char* name) {
+  for (const RangeOperator& op : kRangeOperators) {
+    if (std::strcmp(name, op.name) == 0) return &op;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -246,11 +284,14 @@ HostScalar host_scalar(const char* name, const int64_t* args, int64_t nargs) {
       return {HostScalar::kOperand, uint64_t{1} << 1};
     }
   }
-  const bool with_step = std::strcmp(name, "aten::arange.start_step") == 0;
-  if ((with_step || std::strcmp(name, "aten::arange.start") == 0) && nargs >= (with_step ? 7 : 6) &&
-      is_int(args[0]) && is_int(args[2]) && (!with_step || is_int(args[4])) &&
-      !(constant(0) && constant(1) && (!with_step || constant(2)))) {
-    return {HostScalar::kRange, with_step ? uint64_t{0b111} : uint64_t{0b11}};
+  const RangeOperator* range = range_operator(name);
+  if (range != nullptr && nargs >= range->options + 4) {
+    bool numbers = true, constants = true;
+    for (int64_t a = 0; a < range->scalars; ++a) {
+      numbers = numbers && is_number(args[2 * a]);
+      constants = constants && constant(a);
+    }
+    if (numbers && !constants) return {HostScalar::kRange, (uint64_t{1} << range->scalars) - 1};
   }
   return {};
 }
@@ -276,19 +317,20 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
 
 bool record_range(Step* step, CUstream stream, int32_t device, const char* name, const int64_t* args, int64_t nargs,
                   at::Tensor* result) {
-  const bool with_step = std::strcmp(name, "aten::arange.start_step") == 0;
-  const int64_t options_at = with_step ? 3 : 2;  // dtype, layout, device, pin_memory follow the scalars
+  const RangeOperator* op = range_operator(name);
+  if (op == nullptr || nargs < op->options + 4) return false;
+  const int64_t options_at = op->options;
   const int64_t dtype_tag = args[2 * options_at] & TRIDENT_ARG_TAG_MASK;
   const int64_t layout_tag = args[2 * (options_at + 1)] & TRIDENT_ARG_TAG_MASK;
   const int64_t device_tag = args[2 * (options_at + 2)] & TRIDENT_ARG_TAG_MASK;
   const int64_t device_code = args[2 * (options_at + 2) + 1];
-  // Int scalars and no dtype give int64, as eager's arange does.
-  const at::ScalarType dtype =
-      dtype_tag == TRIDENT_TAG_INT ? static_cast<at::ScalarType>(args[2 * options_at + 1]) : at::kLong;
-  if ((dtype_tag != TRIDENT_TAG_INT && dtype_tag != TRIDENT_TAG_NONE) ||
-      !at::isIntegralType(dtype, /*includeBool=*/false)) {
-    return false;
-  }
+  bool ints = true;
+  for (int64_t a = 0; a < op->scalars; ++a) ints = ints && is_int(args[2 * a]);
+  // No dtype: int64 for an arange of ints, the default dtype otherwise, as eager's factories choose.
+  const at::ScalarType dtype = dtype_tag == TRIDENT_TAG_INT ? static_cast<at::ScalarType>(args[2 * options_at + 1])
+                               : ints && !op->linspace   ? at::kLong
+                                                         : c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (dtype_tag != TRIDENT_TAG_INT && dtype_tag != TRIDENT_TAG_NONE) return false;
   if (layout_tag == TRIDENT_TAG_INT ? args[2 * (options_at + 1) + 1] != static_cast<int64_t>(at::kStrided)
                                     : layout_tag != TRIDENT_TAG_NONE) {
     return false;
@@ -299,20 +341,48 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
       (device_index != TRIDENT_DEVICE_CODE_NO_INDEX && device_index != device)) {
     return false;
   }
-  std::vector<FollowedScalar> followed = {followed_argument(args, 0, at::kLong), followed_argument(args, 1, at::kLong)};
-  if (with_step) followed.push_back(followed_argument(args, 2, at::kLong));
-  int64_t length = 0;
-  if (!range_length(dtype, followed[0].value, followed[1].value, with_step ? followed[2].value : 1, &length)) {
-    return false;
-  }
+  // An integral arange of ints is made by ATen's operators from int64 stand-ins; a float32 or float64 arange or
+  // linspace by Trident's own kernel from stand-ins of its dtype, ATen's accumulate type for both.
+  const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
+  if (integral ? op->linspace || !ints : dtype != at::kFloat && dtype != at::kDouble) return false;
+  const at::ScalarType operands = integral ? at::kLong : dtype;
+  std::vector<FollowedScalar> followed;
+  for (int64_t a = 0; a < op->scalars; ++a) followed.push_back(followed_argument(args, a, operands));
   const at::TensorOptions options = at::TensorOptions().device(at::kCUDA, device);
-  if (!stand_in(&followed[0], stream, options) || (with_step && !stand_in(&followed[2], stream, options))) {
+  at::Tensor values;
+  if (op->linspace) {
+    // Its steps stay in the signature: a replay never changes the length. 0 or 1 steps launch no range kernel.
+    const int64_t steps = args[2 * 2 + 1];
+    if (!is_int(args[2 * 2]) || steps < 2 || !stand_in(&followed[0], stream, options) ||
+        !stand_in(&followed[1], stream, options)) {
+      return false;
+    }
+    values = at::empty({steps}, options.dtype(dtype));
+    if (!launch_range_kernel(RangeKernel::kLinspace, values, followed[0].stand_in, followed[1].stand_in, stream)) {
+      return false;
+    }
+    *result = values;
+    follow(step, std::move(followed));
+    return true;
+  }
+  const bool with_step = op->scalars > 2;
+  int64_t length = 0;
+  const at::Scalar step_value = with_step ? scalar_of(followed[2]) : at::Scalar(int64_t{1});
+  if (!range_length(dtype, scalar_of(followed[0]), scalar_of(followed[1]), step_value, &length) ||
+      !stand_in(&followed[0], stream, options) || (with_step && !stand_in(&followed[2], stream, options))) {
     return false;
   }
-  const at::Tensor iota = at::arange(length, options.dtype(at::kLong));
-  at::Tensor values = with_step ? at::addcmul(followed[0].stand_in, iota, followed[2].stand_in)
-                                : at::add(iota, followed[0].stand_in);
-  *result = dtype == at::kLong ? values : values.to(dtype);
+  if (integral) {
+    const at::Tensor iota = at::arange(length, options.dtype(at::kLong));
+    values = with_step ? at::addcmul(followed[0].stand_in, iota, followed[2].stand_in)
+                       : at::add(iota, followed[0].stand_in);
+    if (dtype != at::kLong) values = values.to(dtype);
+  } else {
+    const at::Tensor unit_step = with_step ? followed[2].stand_in : at::ones({}, options.dtype(dtype));
+    values = at::empty({length}, options.dtype(dtype));
+    if (!launch_range_kernel(RangeKernel::kArange, values, followed[0].stand_in, unit_step, stream)) return false;
+  }
+  *result = values;
   follow(step, std::move(followed));
   step->range = {length, dtype};
   return true;
@@ -347,7 +417,8 @@ bool replay_followed_scalars(Recording* rec, Step* step) {
   const FollowedRange& range = step->range;
   if (range.length >= 0) {
     int64_t length = 0;
-    if (!range_length(range.dtype, step->followed[0].value, step->followed[1].value, range_step(*step), &length) ||
+    if (!range_length(range.dtype, scalar_of(step->followed[0]), scalar_of(step->followed[1]), range_step(*step),
+                      &length) ||
         length != range.length) {
       return false;
     }
