@@ -508,19 +508,26 @@ def test_float_arithmetic_and_comparisons_on_the_position_replay_with_their_oper
 
 
 @gpu
-@pytest.mark.parametrize("case", ["bfloat16", "alpha"])
+@pytest.mark.parametrize("case", ["bfloat16", "alpha", "half_range"])
 def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_which(case: str) -> None:
     """A changing operand whose rounding could differ between a kernel parameter and device memory is not
     followed: a bfloat16 tensor's (ATen keeps the scalar in float32, its op math type, where a stand-in would
-    hold a bfloat16), and a float sum's with alpha 2 (a product that FMA contraction may round either way). A
-    call whose operand no recording has runs directly, explain names the argument, and each value gets its own
-    recording, up to four."""
-    dtype, op = (torch.bfloat16, "mul") if case == "bfloat16" else (torch.float32, "add")
+    hold a bfloat16), a float sum's with alpha 2 (a product that FMA contraction may round either way), and a
+    half arange's bounds (no range kernel of that dtype). A call whose operand no recording has runs directly,
+    explain names the argument and why it is not followed, and each value gets its own recording, up to four."""
+    dtype, difference, why = {
+        "bfloat16": (torch.bfloat16, r"argument 1 of aten::mul\.Scalar is \d, recorded \d",
+                     "its bfloat16 result keeps the operand in float32"),
+        "alpha": (torch.float32, r"argument 1 of aten::add\.Scalar is \d, recorded \d", "an alpha other than 1"),
+        "half_range": (torch.float16, r"argument 0 of aten::arange\.start is \d, recorded \d", "a half arange"),
+    }[case]
 
     def f(x: torch.Tensor, pos: int) -> torch.Tensor:
         if case == "bfloat16":
             return x * (pos % 3) + 1
-        return torch.add(x, pos % 3, alpha=2) + 1
+        if case == "alpha":
+            return torch.add(x, pos % 3, alpha=2) + 1
+        return x + torch.arange(pos % 3, pos % 3 + 64, dtype=dtype, device=x.device)
 
     x = torch.randn(64, device="cuda", dtype=dtype)
     with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
@@ -531,7 +538,8 @@ def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_whi
     assert len(graphs.recordings) == 3 and graphs.pauses == 0 and graphs.replays >= 30, text
     failures = [r.failure for r in graphs.recordings if r.failure]
     assert failures, text
-    assert all(re.search(rf"argument 1 of aten::{op}\.Scalar is \d, recorded \d", f) for f in failures), failures
+    assert all(re.search(difference, f) for f in failures), failures
+    assert all(f"a host scalar not followed: {why}" in f for f in failures), failures
 
 
 @gpu

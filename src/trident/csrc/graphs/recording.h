@@ -184,6 +184,9 @@ struct Step {
   std::vector<FollowedScalar> followed;
   uint64_t followed_arguments = 0;  // bit i: argument i is followed (left out of the signature but for its tag)
   FollowedRange range;
+  // A host scalar the step has that the recording could have followed but did not, and why (graphs/scalars.cpp):
+  // a replay whose value differs names it with the reason. Empty: none, or it is followed.
+  std::string unfollowed;
   CUgraphNode superseded_fill = nullptr;  // a followed fill: the operator's fill kernel, disabled once instantiated
   // kernel: the node and the parameters it has now
   CUgraphNode node = nullptr;

@@ -384,7 +384,8 @@ int32_t replay_opaque(Recording* rec, const void* identity, const char* name, co
   }
   const FreeInputs free{step.staged_arguments | step.followed_arguments, &step.staged_items};
   if (!same_signature(step.signature, args, nargs, free)) {
-    return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free));
+    return diverge(rec, "the inputs differ from the recorded ones: " + difference(step, args, nargs, free) +
+                            (step.unfollowed.empty() ? "" : " (a host scalar not followed: " + step.unfollowed + ")"));
   }
   if (!step.followed.empty()) {
     for (FollowedScalar& f : step.followed) {

@@ -48,6 +48,7 @@
 #include "graphs/recording.h"
 #include "typed_ops_support.h"  // scalar(): a Scalar argument as operators get it
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -242,6 +243,15 @@ void follow(Step* step, std::vector<FollowedScalar> followed) {
   step->followed = std::move(followed);
 }
 
+// A dtype as torch names it (bfloat16, half, float, ...), for explain.
+std::string dtype_name(at::ScalarType dtype) {
+  std::string name = c10::toString(dtype);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+constexpr const char* kNoRangeKernel = "Trident's range kernel could not be loaded or launched on this device";
+
 bool is_int(int64_t tag_word) { return (tag_word & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_INT; }
 bool is_number(int64_t tag_word) { return is_int(tag_word) || (tag_word & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE; }
 
@@ -305,9 +315,18 @@ bool record_operand(Step* step, CUstream stream, const char* name, const int64_t
   if (!self.is_cuda()) return false;
   const at::ScalarType promoted = at::result_type(self, other);
   const at::Scalar alpha = nargs >= 3 ? scalar(args[4], args[5]) : at::Scalar(1);
+  if (promoted == at::kHalf || promoted == at::kBFloat16) {
+    step->unfollowed = "its " + dtype_name(promoted) +
+                       " result keeps the operand in float32, which a stand-in of that dtype would round";
+    return false;
+  }
   const bool exact = at::isIntegralType(promoted, /*includeBool=*/true) ||
                      ((promoted == at::kFloat || promoted == at::kDouble) && alpha.equal(1));
-  if (!exact) return false;
+  if (!exact) {
+    step->unfollowed = "a float32 or float64 sum with an alpha other than 1, whose product two kernels may round "
+                       "apart";
+    return false;
+  }
   FollowedScalar followed = followed_argument(args, 1, promoted);
   if (!stand_in(&followed, stream, self.options())) return false;  // the operand does not fit its dtype
   *result = apply(op->op, self, followed.stand_in, alpha);
@@ -344,7 +363,12 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
   // An integral arange of ints is made by ATen's operators from int64 stand-ins; a float32 or float64 arange or
   // linspace by Trident's own kernel from stand-ins of its dtype, ATen's accumulate type for both.
   const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
-  if (integral ? op->linspace || !ints : dtype != at::kFloat && dtype != at::kDouble) return false;
+  if (integral ? op->linspace || !ints : dtype != at::kFloat && dtype != at::kDouble) {
+    step->unfollowed = "a " + dtype_name(dtype) + " " + (op->linspace ? "linspace" : "arange") +
+                       (integral ? " with float bounds" : "") + " (Trident follows integral aranges of ints, and "
+                       "float32 and float64 ranges)";
+    return false;
+  }
   const at::ScalarType operands = integral ? at::kLong : dtype;
   std::vector<FollowedScalar> followed;
   for (int64_t a = 0; a < op->scalars; ++a) followed.push_back(followed_argument(args, a, operands));
@@ -359,6 +383,7 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
     }
     values = at::empty({steps}, options.dtype(dtype));
     if (!launch_range_kernel(RangeKernel::kLinspace, values, followed[0].stand_in, followed[1].stand_in, stream)) {
+      step->unfollowed = kNoRangeKernel;
       return false;
     }
     *result = values;
@@ -380,7 +405,10 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
   } else {
     const at::Tensor unit_step = with_step ? followed[2].stand_in : at::ones({}, options.dtype(dtype));
     values = at::empty({length}, options.dtype(dtype));
-    if (!launch_range_kernel(RangeKernel::kArange, values, followed[0].stand_in, unit_step, stream)) return false;
+    if (!launch_range_kernel(RangeKernel::kArange, values, followed[0].stand_in, unit_step, stream)) {
+      step->unfollowed = kNoRangeKernel;
+      return false;
+    }
   }
   *result = values;
   follow(step, std::move(followed));
@@ -390,8 +418,9 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
 
 bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t argument, int64_t tag_word,
                  int64_t value, CUgraphNode fill_kernel) {
-  if (!result.defined() || !result.is_cuda() || !result.is_contiguous() || result.numel() == 0 ||
-      !is_atens_fill_kernel(fill_kernel)) {
+  if (!result.defined() || !result.is_cuda() || !result.is_contiguous() || result.numel() == 0) return false;
+  if (!is_atens_fill_kernel(fill_kernel)) {
+    step->unfollowed = "its fill kernel is not ATen's (a library's kernel may convert the value its own way)";
     return false;
   }
   const size_t count = static_cast<size_t>(result.numel()), item = result.element_size();

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,15 @@ bool tensor_signature(const at::Tensor& t, bool without_address, Out& out) {
   for (int64_t s : t.sizes()) out.word(s);
   for (int64_t s : t.strides()) out.word(s);
   return true;
+}
+
+// A double argument's value word (its bits), as explain prints it.
+std::string as_double(int64_t bits) {
+  double value = 0;
+  std::memcpy(&value, &bits, sizeof value);
+  std::ostringstream text;
+  text << std::setprecision(17) << value;
+  return text.str();
 }
 
 // Walks the staged list items of a FreeInputs alongside the arguments, which come in the same order: one
@@ -195,6 +206,9 @@ std::string difference(const Step& step, const int64_t* args, int64_t nargs, con
       if ((tag == TRIDENT_TAG_INT || tag == TRIDENT_TAG_BOOL) && one.size() == 2 && at + 2 <= recorded.size() &&
           recorded[at] == one[0]) {
         return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
+      }
+      if (tag == TRIDENT_TAG_DOUBLE && one.size() == 2 && at + 2 <= recorded.size() && recorded[at] == one[0]) {
+        return which + " is " + as_double(one[1]) + ", recorded " + as_double(recorded[at + 1]);
       }
       return which + " differs (its type, dtype, value or layout)";
     }
