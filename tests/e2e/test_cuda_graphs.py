@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -376,6 +377,26 @@ def test_integer_arithmetic_on_the_position_and_a_strided_view_at_it_replay() ->
     assert counts["host_scalars"] == 2 and counts["staged_inputs"] == 2, counts
 
 
+def one_recording_replays_every_position(f: Any, arguments: Any) -> dict[str, int]:
+    """Calls f, jitted with graphs and without, with arguments(p) at every position p of POSITIONS: each result
+    (a tuple) equals the direct path's and eager's bit for bit (a failure names the results that do not), every
+    call is native, and the last specialization holds one recording that replayed nearly every call and never
+    diverged. Returns that recording's counts."""
+    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
+    for p in POSITIONS:
+        got, want, eager = with_graphs(*arguments(p)), direct(*arguments(p)), f(*arguments(p))
+        assert [k for k, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)] == [], f"position {p}"
+        assert [k for k, (a, b) in enumerate(zip(got, eager)) if not same_bits(a, b)] == [], f"position {p}"
+    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
+    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
+    graphs = with_graphs._trident.entry.graphs(len(specs) - 1)  # type: ignore[attr-defined]
+    text = trident.explain(with_graphs)
+    assert len(graphs.recordings) == 1, text
+    counts = graphs.recordings[0].counts
+    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    return counts
+
+
 @gpu
 @pytest.mark.parametrize("plan", [False, True], ids=["host_program", "replay_plan"])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
@@ -429,18 +450,7 @@ def test_float_aranges_and_linspaces_that_follow_the_position_replay_with_eager_
         return x + from_ints.sum() + spread.sum(), from_ints, tenths, descending, spread
 
     x = torch.randn(8, device="cuda", dtype=dtype)
-    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
-    for p in POSITIONS:
-        got, want, eager = with_graphs(x, p), direct(x, p), f(x, p)
-        assert [k for k, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)] == [], f"position {p}"
-        assert [k for k, (a, b) in enumerate(zip(got, eager)) if not same_bits(a, b)] == [], f"position {p}"
-    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
-    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
-    graphs = with_graphs._trident.entry.graphs(len(specs) - 1)  # type: ignore[attr-defined]
-    text = trident.explain(with_graphs)
-    assert len(graphs.recordings) == 1, text
-    counts = graphs.recordings[0].counts
-    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    counts = one_recording_replays_every_position(f, lambda p: (x, p))
     assert counts["host_scalars"] == 7, counts  # start; start, step; start, step; start, end
     # The data can tell one rounding from two: with the product rounded first, some element differs from eager's.
     i = torch.arange(8, device="cuda", dtype=dtype)
@@ -491,18 +501,7 @@ def test_float_arithmetic_and_comparisons_on_the_position_replay_with_their_oper
     x = torch.randn(64, device="cuda", dtype=dtype) * 16
     inv_freq = 1.0 / (10000 ** (torch.arange(0, 64, 2, device="cuda", dtype=dtype) / 64))
     steps = torch.arange(8, device="cuda", dtype=torch.int32)
-    with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)
-    for p in POSITIONS:
-        got, want = with_graphs(x, inv_freq, steps, p), direct(x, inv_freq, steps, p)
-        assert all(same_bits(a, b) for a, b in zip(got, want)), f"position {p}"
-        assert all(same_bits(a, b) for a, b in zip(got, f(x, inv_freq, steps, p))), f"position {p}"
-    specs = with_graphs._trident.specializations  # type: ignore[attr-defined]
-    assert_native(with_graphs, hits=len(POSITIONS), compiles=len(specs))
-    graphs = with_graphs._trident.entry.graphs(len(specs) - 1)  # type: ignore[attr-defined]
-    text = trident.explain(with_graphs)
-    assert len(graphs.recordings) == 1, text
-    counts = graphs.recordings[0].counts
-    assert counts["divergences"] == 0 and counts["replays"] >= len(POSITIONS) - 6, text
+    counts = one_recording_replays_every_position(f, lambda p: (x, inv_freq, steps, p))
     assert counts["host_scalars"] == 5, counts  # one operand per operator
     assert counts["patched_nodes"] >= counts["replays"], counts
 

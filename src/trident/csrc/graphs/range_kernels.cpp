@@ -18,49 +18,18 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace trident::graphs {
 
 namespace {
 
-// Parameters: the result, the first and second operand (an arange's start and step, a linspace's start and end;
-// 0-dim tensors of the element type) and the element count, which for linspace is its `steps`.
-constexpr const char* kArange = R"(
-.visible .entry trident_arange_@T(.param .u64 p_out, .param .u64 p_first, .param .u64 p_second, .param .u64 p_n)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<8>;
-  .reg .@T %f<5>;
-  ld.param.u64 %rd1, [p_out];
-  ld.param.u64 %rd2, [p_first];
-  ld.param.u64 %rd3, [p_second];
-  ld.param.u64 %rd4, [p_n];
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mul.wide.u32 %rd5, %r1, %r2;
-  cvt.u64.u32 %rd6, %r3;
-  add.s64 %rd5, %rd5, %rd6;
-  setp.ge.s64 %p1, %rd5, %rd4;
-  @%p1 bra DONE;
-  cvta.to.global.u64 %rd1, %rd1;
-  cvta.to.global.u64 %rd2, %rd2;
-  cvta.to.global.u64 %rd3, %rd3;
-  ld.global.@T %f1, [%rd2];
-  ld.global.@T %f2, [%rd3];
-  cvt.rn.@T.s64 %f3, %rd5;
-  fma.rn.@T %f4, %f2, %f3, %f1;
-  shl.b64 %rd6, %rd5, @S;
-  add.s64 %rd7, %rd1, %rd6;
-  st.global.@T [%rd7], %f4;
-DONE:
-  ret;
-}
-)";
-
-constexpr const char* kLinspace = R"(
-.visible .entry trident_linspace_@T(.param .u64 p_out, .param .u64 p_first, .param .u64 p_second, .param .u64 p_n)
+// A kernel is kEntry, its body, then kStore. Parameters: the result, the first and second operand (an arange's
+// start and step, a linspace's start and end; 0-dim tensors of the element type) and the element count, which for
+// linspace is its `steps`. kEntry leaves the index in %rd5, the count in %rd4, the result's address in %rd1 and
+// the operands in %f1 and %f2; a body leaves the element in %f7.
+constexpr const char* kEntry = R"(
+.visible .entry trident_@K_@T(.param .u64 p_out, .param .u64 p_first, .param .u64 p_second, .param .u64 p_n)
 {
   .reg .pred %p<3>;
   .reg .b32 %r<4>;
@@ -83,6 +52,17 @@ constexpr const char* kLinspace = R"(
   cvta.to.global.u64 %rd3, %rd3;
   ld.global.@T %f1, [%rd2];
   ld.global.@T %f2, [%rd3];
+)";
+
+// start + step * i, rounded once.
+constexpr const char* kArangeBody = R"(
+  cvt.rn.@T.s64 %f3, %rd5;
+  fma.rn.@T %f7, %f2, %f3, %f1;
+)";
+
+// step = (end - start) / (steps - 1); the first half start + step * i, the second end - step * (steps - i - 1),
+// each rounded once. steps >= 2, so halfway = steps / 2 is a shift.
+constexpr const char* kLinspaceBody = R"(
   add.s64 %rd8, %rd4, -1;
   cvt.rn.@T.s64 %f3, %rd8;
   sub.rn.@T %f4, %f2, %f1;
@@ -98,6 +78,9 @@ constexpr const char* kLinspace = R"(
 FIRST_HALF:
   cvt.rn.@T.s64 %f5, %rd5;
   fma.rn.@T %f7, %f4, %f5, %f1;
+)";
+
+constexpr const char* kStore = R"(
 STORE:
   shl.b64 %rd6, %rd5, @S;
   add.s64 %rd7, %rd1, %rd6;
@@ -107,18 +90,22 @@ DONE:
 }
 )";
 
-// One kernel of a template for an element type: @T its PTX type, @S the log2 of its size in bytes.
-std::string instantiate(const char* source, const char* type, const char* shift) {
+// A kernel's text for an element type: @K its kind, @T its PTX type, @S the log2 of its size in bytes.
+std::string instantiate(const char* body, const char* kind, const char* type, const char* shift) {
   std::string out;
-  for (const char* c = source; *c != '\0'; ++c) {
-    if (c[0] == '@' && c[1] == 'T') {
-      out += type;
-      ++c;
-    } else if (c[0] == '@' && c[1] == 'S') {
-      out += shift;
-      ++c;
-    } else {
-      out += *c;
+  for (const char* part : {kEntry, body, kStore}) {
+    for (const char* c = part; *c != '\0'; ++c) {
+      const char* with = c[0] != '@'   ? nullptr
+                         : c[1] == 'K' ? kind
+                         : c[1] == 'T' ? type
+                         : c[1] == 'S' ? shift
+                                       : nullptr;
+      if (with != nullptr) {
+        out += with;
+        ++c;
+      } else {
+        out += *c;
+      }
     }
   }
   return out;
@@ -126,9 +113,9 @@ std::string instantiate(const char* source, const char* type, const char* shift)
 
 std::string module_source() {
   std::string ptx = ".version 7.0\n.target sm_70\n.address_size 64\n";
-  for (const char* source : {kArange, kLinspace}) {
-    ptx += instantiate(source, "f32", "2");
-    ptx += instantiate(source, "f64", "3");
+  for (const auto& [body, kind] : {std::pair{kArangeBody, "arange"}, std::pair{kLinspaceBody, "linspace"}}) {
+    ptx += instantiate(body, kind, "f32", "2");
+    ptx += instantiate(body, kind, "f64", "3");
   }
   return ptx;
 }
