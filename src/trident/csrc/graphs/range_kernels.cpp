@@ -12,7 +12,8 @@
  * subnormals, as ATen is built without fast math. Every recording that uses them is proven bit for bit against
  * the direct run (ATen's kernel) before it replays.
  *
- * They are PTX, loaded by the driver (it compiles PTX for the device it runs on) once per device on first use.
+ * They are PTX, which the driver compiles for the device it runs on: loaded once per device before its first
+ * capture begins (loading a module while the stream captures is not a capturable operation).
  */
 #include "graphs/recording.h"
 
@@ -130,28 +131,35 @@ struct DeviceKernels {
 std::mutex loading;
 DeviceKernels kernels[kMaxDevices];
 
-// The function for this kind and element type on `device` (loading the module into the current context, which the
-// recording made the device's, on first use), or null.
-void* function_for(RangeKernel kind, bool float64, int32_t device) {
-  if (device < 0 || device >= kMaxDevices || driver.module_load_data == nullptr) return nullptr;
+}  // namespace
+
+void load_range_kernels(int32_t device) {
+  if (device < 0 || device >= kMaxDevices || driver.module_load_data == nullptr) return;
   std::lock_guard<std::mutex> hold(loading);
   DeviceKernels& d = kernels[device];
-  if (!d.loaded) {
-    d.loaded = true;
-    void* module = nullptr;
-    const std::string ptx = module_source();
-    if (driver.module_load_data(&module, ptx.c_str()) == 0) {
-      const char* names[2][2] = {{"trident_arange_f32", "trident_arange_f64"},
-                                 {"trident_linspace_f32", "trident_linspace_f64"}};
-      for (int k = 0; k < 2; ++k) {
-        for (int f = 0; f < 2; ++f) {
-          void* function = nullptr;
-          if (driver.module_get_function(&function, module, names[k][f]) == 0) d.functions[k][f] = function;
-        }
-      }
+  if (d.loaded) return;
+  d.loaded = true;
+  void* module = nullptr;
+  const std::string ptx = module_source();
+  if (driver.module_load_data(&module, ptx.c_str()) != 0) return;
+  const char* names[2][2] = {{"trident_arange_f32", "trident_arange_f64"},
+                             {"trident_linspace_f32", "trident_linspace_f64"}};
+  for (int k = 0; k < 2; ++k) {
+    for (int f = 0; f < 2; ++f) {
+      void* function = nullptr;
+      if (driver.module_get_function(&function, module, names[k][f]) == 0) d.functions[k][f] = function;
     }
   }
-  return d.functions[kind == RangeKernel::kLinspace][float64];
+}
+
+namespace {
+
+// The function for this kind and element type on `device`, or null: never loaded here, since a capture is running
+// (load_range_kernels ran before it began).
+void* function_for(RangeKernel kind, bool float64, int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> hold(loading);
+  return kernels[device].functions[kind == RangeKernel::kLinspace][float64];
 }
 
 }  // namespace

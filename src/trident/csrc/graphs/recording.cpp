@@ -95,6 +95,7 @@ PyObject* recording_begin_capture(PyObject* self, PyObject* keepalive) {
     PyErr_SetString(PyExc_RuntimeError, "begin_capture: torch's current stream is unknown or already capturing");
     return nullptr;
   }
+  load_range_kernels(rec->device);  // a module cannot load while the stream captures
   const CUresult status = driver.begin_capture(stream, kCaptureModeThreadLocal);
   if (status != 0) return PyErr_Format(PyExc_RuntimeError, "cuStreamBeginCapture failed (CUresult %d)", status);
   rec->capture_stream = stream;

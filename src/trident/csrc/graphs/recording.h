@@ -383,6 +383,9 @@ enum class RangeKernel {
 // module loading, a module the driver refused).
 bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
                          CUstream stream);
+// Loads the range kernels into the current context for `device` the first time (ignoring failure: the ranges are
+// then not followed). Called before a capture begins.
+void load_range_kernels(int32_t device);
 // Replay: takes this call's value of followed argument `argument`.
 void take_followed(Step* step, int64_t argument, int64_t tag_word, int64_t value);
 // Replay, once every followed argument has this call's value: patches the memset nodes whose values convert to
