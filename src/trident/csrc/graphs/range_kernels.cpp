@@ -164,6 +164,10 @@ void* function_for(RangeKernel kind, bool float64, int32_t device) {
 
 }  // namespace
 
+bool range_kernel_ready(RangeKernel kind, at::ScalarType dtype, int32_t device) {
+  return (dtype == at::kFloat || dtype == at::kDouble) && function_for(kind, dtype == at::kDouble, device) != nullptr;
+}
+
 bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
                          CUstream stream) {
   const at::ScalarType dtype = out.scalar_type();

@@ -383,6 +383,9 @@ enum class RangeKernel {
 // module loading, a module the driver refused).
 bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
                          CUstream stream);
+// Whether the kernel of `kind` for `dtype` is loaded on `device` (asked before anything is recorded for the range:
+// a stand-in whose memset nodes are in the graph must stay alive with it).
+bool range_kernel_ready(RangeKernel kind, at::ScalarType dtype, int32_t device);
 // Loads the range kernels into the current context for `device` the first time (ignoring failure: the ranges are
 // then not followed). Called before a capture begins.
 void load_range_kernels(int32_t device);

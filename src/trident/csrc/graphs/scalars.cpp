@@ -369,6 +369,10 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
                        "float32 and float64 ranges)";
     return false;
   }
+  if (!integral && !range_kernel_ready(op->linspace ? RangeKernel::kLinspace : RangeKernel::kArange, dtype, device)) {
+    step->unfollowed = kNoRangeKernel;
+    return false;
+  }
   const at::ScalarType operands = integral ? at::kLong : dtype;
   std::vector<FollowedScalar> followed;
   for (int64_t a = 0; a < op->scalars; ++a) followed.push_back(followed_argument(args, a, operands));
