@@ -218,6 +218,11 @@ PyObject* module_replay_words(PyObject*, PyObject* args) {
 
 PyObject* module_cuda_graphs_available(PyObject*, PyObject*) { return PyBool_FromLong(trident::cuda_graphs_available()); }
 
+PyObject* module_range_kernels_ptx(PyObject*, PyObject*) {
+  const std::string ptx = trident::graphs::range_kernels_ptx();
+  return PyUnicode_FromStringAndSize(ptx.data(), static_cast<Py_ssize_t>(ptx.size()));
+}
+
 PyMethodDef module_methods[] = {
     {"init", module_init, METH_VARARGS, "init(tensor_type, parameter_type): the exact types read as tensors"},
     {"noop_run_address", module_noop_run_address, METH_NOARGS, "address of a run function returning None"},
@@ -230,6 +235,8 @@ PyMethodDef module_methods[] = {
      "init_cuda(libtorch_cuda_path, launch_error_type): resolve the CUDA driver and torch's current stream"},
     {"cuda_graphs_available", module_cuda_graphs_available, METH_NOARGS,
      "whether init_cuda found every CUDA driver entry point graph replay uses"},
+    {"range_kernels_ptx", module_range_kernels_ptx, METH_NOARGS,
+     "range_kernels_ptx() -> str: the PTX of graph replay's own float arange and linspace kernels"},
     {"watch_launch_hooks", trident::watch_launch_hooks, METH_VARARGS,
      "watch_launch_hooks(enter_calls, exit_calls): Triton's hook lists; native launches yield while one is set"},
     {"private_view", trident::private_views::py_private_view, METH_VARARGS,

@@ -133,6 +133,8 @@ DeviceKernels kernels[kMaxDevices];
 
 }  // namespace
 
+std::string range_kernels_ptx() { return module_source(); }
+
 void load_range_kernels(int32_t device) {
   if (device < 0 || device >= kMaxDevices || driver.module_load_data == nullptr) return;
   std::lock_guard<std::mutex> hold(loading);

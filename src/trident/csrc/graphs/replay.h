@@ -78,6 +78,9 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
 
 // The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.
 bool resolve_driver(void* libcuda);
+// The PTX module of the recordings' own float range kernels (graphs/range_kernels.cpp), for a test that
+// assembles it where no GPU is.
+std::string range_kernels_ptx();
 
 // The Recording's Python type (graphs/recording.cpp; module.cpp adds it to the module) and the entry's replay
 // (entry.cpp).
