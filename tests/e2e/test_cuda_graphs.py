@@ -518,7 +518,7 @@ def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_whi
         "bfloat16": (torch.bfloat16, r"argument 1 of aten::mul\.Scalar is \d, recorded \d",
                      "its bfloat16 result keeps the operand in float32"),
         "alpha": (torch.float32, r"argument 1 of aten::add\.Scalar is \d, recorded \d", "an alpha other than 1"),
-        "half_range": (torch.float16, r"argument 0 of aten::arange\.start is \d, recorded \d", "a half arange"),
+        "half_range": (torch.float16, r"argument 0 of aten::arange\.start is \d, recorded \d", "an arange of half"),
     }[case]
 
     def f(x: torch.Tensor, pos: int) -> torch.Tensor:

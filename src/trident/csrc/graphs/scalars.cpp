@@ -364,9 +364,9 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
   // linspace by Trident's own kernel from stand-ins of its dtype, ATen's accumulate type for both.
   const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
   if (integral ? op->linspace || !ints : dtype != at::kFloat && dtype != at::kDouble) {
-    step->unfollowed = "a " + dtype_name(dtype) + " " + (op->linspace ? "linspace" : "arange") +
-                       (integral ? " with float bounds" : "") + " (Trident follows integral aranges of ints, and "
-                       "float32 and float64 ranges)";
+    step->unfollowed = std::string(op->linspace ? "a linspace" : "an arange") + " of " + dtype_name(dtype) +
+                       (integral ? " with float bounds" : "") +
+                       " (Trident follows integral aranges of ints, and float32 and float64 ranges)";
     return false;
   }
   if (!integral && !range_kernel_ready(op->linspace ? RangeKernel::kLinspace : RangeKernel::kArange, dtype, device)) {
