@@ -19,7 +19,6 @@
 
 #include <mutex>
 #include <string>
-#include <utility>
 
 namespace trident::graphs {
 
@@ -112,11 +111,22 @@ std::string instantiate(const char* body, const char* kind, const char* type, co
   return out;
 }
 
+// The kernels, indexed as DeviceKernels::functions: [kind][element type].
+struct KernelKind {
+  const char* body;
+  const char* name;
+};
+constexpr KernelKind kKinds[2] = {{kArangeBody, "arange"}, {kLinspaceBody, "linspace"}};  // RangeKernel's order
+struct ElementType {
+  const char* ptx;
+  const char* log2_size;
+};
+constexpr ElementType kTypes[2] = {{"f32", "2"}, {"f64", "3"}};  // float32, float64
+
 std::string module_source() {
   std::string ptx = ".version 7.0\n.target sm_70\n.address_size 64\n";
-  for (const auto& [body, kind] : {std::pair{kArangeBody, "arange"}, std::pair{kLinspaceBody, "linspace"}}) {
-    ptx += instantiate(body, kind, "f32", "2");
-    ptx += instantiate(body, kind, "f64", "3");
+  for (const KernelKind& kind : kKinds) {
+    for (const ElementType& type : kTypes) ptx += instantiate(kind.body, kind.name, type.ptx, type.log2_size);
   }
   return ptx;
 }
@@ -125,11 +135,19 @@ constexpr int kMaxDevices = 64;
 
 struct DeviceKernels {
   bool loaded = false;  // tried: the functions below are null when the driver refused the module
-  void* functions[2][2] = {};  // [linspace][float64]
+  void* functions[2][2] = {};  // [kind][float64]
 };
 
 std::mutex loading;
 DeviceKernels kernels[kMaxDevices];
+
+// The function for this kind and element type on `device`, or null: never loaded here, since a capture is running
+// (load_range_kernels ran before it began).
+void* function_for(RangeKernel kind, bool float64, int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> hold(loading);
+  return kernels[device].functions[kind == RangeKernel::kLinspace][float64];
+}
 
 }  // namespace
 
@@ -144,27 +162,14 @@ void load_range_kernels(int32_t device) {
   void* module = nullptr;
   const std::string ptx = module_source();
   if (driver.module_load_data(&module, ptx.c_str()) != 0) return;
-  const char* names[2][2] = {{"trident_arange_f32", "trident_arange_f64"},
-                             {"trident_linspace_f32", "trident_linspace_f64"}};
   for (int k = 0; k < 2; ++k) {
-    for (int f = 0; f < 2; ++f) {
+    for (int t = 0; t < 2; ++t) {
+      const std::string name = std::string("trident_") + kKinds[k].name + "_" + kTypes[t].ptx;  // as kEntry names it
       void* function = nullptr;
-      if (driver.module_get_function(&function, module, names[k][f]) == 0) d.functions[k][f] = function;
+      if (driver.module_get_function(&function, module, name.c_str()) == 0) d.functions[k][t] = function;
     }
   }
 }
-
-namespace {
-
-// The function for this kind and element type on `device`, or null: never loaded here, since a capture is running
-// (load_range_kernels ran before it began).
-void* function_for(RangeKernel kind, bool float64, int32_t device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  std::lock_guard<std::mutex> hold(loading);
-  return kernels[device].functions[kind == RangeKernel::kLinspace][float64];
-}
-
-}  // namespace
 
 bool range_kernel_ready(RangeKernel kind, at::ScalarType dtype, int32_t device) {
   return (dtype == at::kFloat || dtype == at::kDouble) && function_for(kind, dtype == at::kDouble, device) != nullptr;

@@ -4,6 +4,7 @@
  * value), why two differ (for explain), and the bytes a tensor reaches (what staging copies, what a result covers).
  */
 #include "graphs/recording.h"
+#include "typed_ops_support.h"  // as_double(): a double argument's value from its bits
 
 #include <algorithm>
 #include <cstring>
@@ -58,11 +59,9 @@ bool tensor_signature(const at::Tensor& t, bool without_address, Out& out) {
 }
 
 // A double argument's value word (its bits), as explain prints it.
-std::string as_double(int64_t bits) {
-  double value = 0;
-  std::memcpy(&value, &bits, sizeof value);
+std::string double_text(int64_t bits) {
   std::ostringstream text;
-  text << std::setprecision(17) << value;
+  text << std::setprecision(17) << as_double(bits);
   return text.str();
 }
 
@@ -208,7 +207,7 @@ std::string difference(const Step& step, const int64_t* args, int64_t nargs, con
         return which + " is " + std::to_string(one[1]) + ", recorded " + std::to_string(recorded[at + 1]);
       }
       if (tag == TRIDENT_TAG_DOUBLE && one.size() == 2 && at + 2 <= recorded.size() && recorded[at] == one[0]) {
-        return which + " is " + as_double(one[1]) + ", recorded " + as_double(recorded[at + 1]);
+        return which + " is " + double_text(one[1]) + ", recorded " + double_text(recorded[at + 1]);
       }
       return which + " differs (its type, dtype, value or layout)";
     }
