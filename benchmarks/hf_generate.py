@@ -13,7 +13,8 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
   cudagraphs   generate(..., compile_config=CompileConfig(backend="cudagraphs", mode=None)) for the static cache:
                the model's own ATen kernels in a CUDA graph behind Dynamo's guards (cudagraph trees), the same
                device work as trident_jit's replay; dynamic cache: `torch.compile(model.forward, backend="cudagraphs")`
-  trident_jit  trident.jit(model).generate(..., disable_compile=True), with the cache generate makes each call
+  trident_jit  trident.jit(model).generate(...) unchanged (it never compiles a jitted forward), with the cache
+               generate makes each call
   trident_jit_cache  (static cache) the same with one StaticCache the system passes every generate, reset() before
                each: its tensors keep their addresses, so the recorded graph keeps replaying (transformers makes a
                new cache per generate, which a graph must record again wherever the allocator puts it)
@@ -23,6 +24,12 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
                whose decode forwards copy their inputs into a CUDA graph of the step captured by hand and replay
                it: HF's own loop around that device time, the floor of any system inside generate (the loop
                syncs on the device every token, so its host time between two forwards is not hidden)
+Each system runs with each `--stop-check`: `sync` is generate's own loop on CUDA, which waits for the device every
+token (`unfinished_sequences.max() == 0`); `deferred` reads that flag one token late with transformers'
+DeferredStopCheck, which transformers enables only on MPS and trident.jit enables for its models on CUDA (knob
+TRIDENT_HF_DEFER_STOP, default on): here every system gets it, so that each is compared in the same loop, those
+that pass a cache of their own too (stop_check). On the CPU transformers never defers (no device events), so both
+give the same loop there.
 trident_jit's cell also gives `graph_device_ms` (static cache, CUDA): the GPU time of its recorded decode step, one
 kept call repeated back to back. For HF models that, not hand_graph, is the device time of eager's kernels: HF's mask
 code takes other branches while a stream captures (transformers' is_tracing() is true then).
@@ -33,13 +40,14 @@ versions, and a plot next to it where matplotlib is importable (`--plot-only` pl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -120,7 +128,7 @@ def generate_fn(system: str, cache: str, model: Any) -> tuple[Any, Callable[[tor
         extra: dict[str, Any] = {}
         if own_cache:
             kwargs["past_key_values"].reset()
-        if system in ("eager", "inductor", "trident_jit", *OWN_CACHE) or (
+        if system in ("eager", "inductor", "graphed_loop") or (
             system == "cudagraphs" and cache == "dynamic"
         ):  # fmt: skip
             extra["disable_compile"] = True  # HF would compile the forward itself (again)
@@ -301,6 +309,35 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
+@contextlib.contextmanager
+def stop_check(mode: str) -> Iterator[None]:
+    """Inside: every system's generate uses the stop check `mode` names (module docstring). `deferred` answers
+    transformers' DeferredStopCheck.is_supported for CUDA as for MPS, and as for a cache that is not returned: the
+    systems that pass a StaticCache of their own (which transformers would not crop back) reset it before each
+    generate, and min_new_tokens = max_new_tokens means no EOS stop, so no extra step ever runs."""
+    from transformers.generation import utils
+
+    from trident.knobs import override
+
+    if mode == "sync":
+        with override(hf_defer_stop=False):
+            yield
+        return
+    if mode != "deferred":
+        raise ValueError(f"--stop-check: sync or deferred, not {mode!r}")
+    is_supported = utils.DeferredStopCheck.is_supported
+
+    def deferred(device: torch.device, cache: Any, cache_is_returned: bool, is_assistant: bool) -> bool:
+        device = torch.device("mps") if device.type == "cuda" else device
+        return is_supported(device, cache, False, is_assistant)
+
+    utils.DeferredStopCheck.is_supported = staticmethod(deferred)
+    try:
+        yield
+    finally:
+        utils.DeferredStopCheck.is_supported = staticmethod(is_supported)
+
+
 def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
     import trident
 
@@ -308,51 +345,53 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
     for cache in args.cache.split(","):
         for batch in (int(b) for b in args.batch.split(",")):
             ids = torch.randint(1, 100, (batch, args.prompt), generator=torch.Generator().manual_seed(1)).to(device)
-            reference = None
             wanted = [s for s in SYSTEMS if s in args.systems.split(",")]
             if cache != "static":  # these pass a StaticCache of their own
                 wanted = [s for s in wanted if s not in OWN_CACHE]
             if device.type != "cuda":  # a CUDA graph of the step
                 wanted = [s for s in wanted if s != "graphed_loop"]
-            for system in wanted:
-                cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
-                                         "batch": batch, "system": system}
-                try:
-                    model = build_model(args.model, device, args.liger)
-                    ready, run = generate_fn(system, cache, model)
-                    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
-                        t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
-                        run(ids, 1)  # a second generate may call with another structure (a prefill after reset())
-                        rounds = []
-                        for _ in range(args.rounds):
-                            t_n, tokens = timed(lambda: run(ids, args.tokens), device)
-                            t_1, _ = timed(lambda: run(ids, 1), device)
-                            rounds.append((t_n - t_1) / (args.tokens - 1) * 1e3)
-                    if system == "eager":
-                        reference = tokens
-                    cell.update(status="ok", ms_per_token=statistics.median(rounds), rounds=rounds,
-                                first_generate_s=t_warm,
-                                tokens_equal_eager=None if reference is None else bool(torch.equal(tokens, reference)),
-                                trident_warnings=sorted({str(w.message)[:300] for w in caught
-                                                         if str(w.message).startswith("trident:")}))
-                    if system == "graphed_loop":
-                        cell["graphs_captured"] = len(ready.forward.graphs)
-                    if system.startswith("trident_jit"):  # where host time goes: specializations, graphs, plans
-                        cell["explain"] = [line for line in trident.explain(ready).splitlines()
-                                           if line.lstrip().startswith(_EXPLAIN_LINES)]
-                        if device.type == "cuda":
-                            cell["replay_phases_us"] = replay_phases(ready, lambda: run(ids, args.tokens), device)
-                            if cache == "static":
-                                cell["graph_device_ms"] = graph_device_ms(ready, lambda: run(ids, args.tokens),
-                                                                          args.rounds)
-                except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
-                    cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
-                cells.append(cell)
-                print(json.dumps({k: v for k, v in cell.items() if k != "explain"}), flush=True)
-                model = ready = run = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            for stop in args.stop_check.split(","):
+                reference = None
+                for system in wanted:
+                    cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
+                                             "batch": batch, "stop_check": stop, "system": system}
+                    try:
+                        model = build_model(args.model, device, args.liger)
+                        ready, run = generate_fn(system, cache, model)
+                        with torch.no_grad(), warnings.catch_warnings(record=True) as caught, stop_check(stop):
+                            warnings.simplefilter("always")
+                            t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
+                            run(ids, 1)  # a second generate may call with another structure (a prefill after reset())
+                            rounds = []
+                            for _ in range(args.rounds):
+                                t_n, tokens = timed(lambda: run(ids, args.tokens), device)
+                                t_1, _ = timed(lambda: run(ids, 1), device)
+                                rounds.append((t_n - t_1) / (args.tokens - 1) * 1e3)
+                            if system == "eager":
+                                reference = tokens
+                            cell.update(status="ok", ms_per_token=statistics.median(rounds), rounds=rounds,
+                                        first_generate_s=t_warm,
+                                        tokens_equal_eager=None if reference is None
+                                        else bool(torch.equal(tokens, reference)),
+                                        trident_warnings=sorted({str(w.message)[:300] for w in caught
+                                                                 if str(w.message).startswith("trident:")}))
+                            if system == "graphed_loop":
+                                cell["graphs_captured"] = len(ready.forward.graphs)
+                            if system.startswith("trident_jit"):  # where host time goes: specializations, graphs
+                                cell["explain"] = [line for line in trident.explain(ready).splitlines()
+                                                   if line.lstrip().startswith(_EXPLAIN_LINES)]
+                                if device.type == "cuda":
+                                    generate = lambda: run(ids, args.tokens)  # noqa: E731
+                                    cell["replay_phases_us"] = replay_phases(ready, generate, device)
+                                    if cache == "static":
+                                        cell["graph_device_ms"] = graph_device_ms(ready, generate, args.rounds)
+                    except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
+                        cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
+                    cells.append(cell)
+                    print(json.dumps({k: v for k, v in cell.items() if k != "explain"}), flush=True)
+                    model = ready = run = None
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
             if device.type == "cuda" and cache == "static" and "hand_graph" in args.systems.split(","):
                 cell = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache, "batch": batch,
                         "system": "hand_graph"}
@@ -365,49 +404,65 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
     return cells
 
 
+def panel(cell: dict[str, Any]) -> tuple[str, int, str]:
+    """A cell's (cache, batch, stop check): systems compare within one. Results made before --stop-check existed
+    ran generate's own loop (sync); the hand graph runs no generate (its panel's device line is its batch's)."""
+    return cell["cache"], cell["batch"], cell.get("stop_check", "sync")
+
+
+def device_cell(cells: list[dict[str, Any]], cache: str, batch: int) -> dict[str, Any] | None:
+    """The hand graph's cell of a static cache's batch: the device time of a step."""
+    return next((c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c["system"] == "hand_graph"
+                 and c["status"] == "ok"), None)
+
+
 def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["| cache | batch | system | ms/token | / eager | / hf_compiled | / hand_graph | tokens = eager | status |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| cache | batch | stop check | system | ms/token | / eager | / hf_compiled | / hand_graph | "
+             "tokens = eager | status |", "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
-        same = [c for c in cells if c["cache"] == cell["cache"] and c["batch"] == cell["batch"] and c["status"] == "ok"]
+        if cell["system"] == "hand_graph":
+            same = [cell]
+        else:
+            same = [c for c in cells if c["system"] != "hand_graph" and panel(c) == panel(cell) and c["status"] == "ok"]
         base = {c["system"]: c["ms_per_token"] for c in same}
+        graph = device_cell(cells, cell["cache"], cell["batch"])
+        if graph:
+            base["hand_graph"] = graph["ms_per_token"]
         ms = cell.get("ms_per_token")
         ratio = lambda b: f"{ms / base[b]:.2f}x" if ms and base.get(b) else "-"  # noqa: E731
-        graph = [c for c in cells if c["batch"] == cell["batch"] and c["system"] == "hand_graph" and c["status"] == "ok"]
-        if graph:
-            base["hand_graph"] = graph[0]["ms_per_token"]
-        lines.append(f"| {cell['cache']} | {cell['batch']} | {cell['system']} | {ms:.2f} | {ratio('eager')} | "
-                     f"{ratio('hf_compiled')} | {ratio('hand_graph')} | {cell.get('tokens_equal_eager')} | "
-                     f"{cell['status']} |"
-                     if ms is not None else
-                     f"| {cell['cache']} | {cell['batch']} | {cell['system']} | - | - | - | - | - | "
-                     f"{cell.get('error', '')[:80]} |")
+        stop = "-" if cell["system"] == "hand_graph" else panel(cell)[2]
+        head = f"| {cell['cache']} | {cell['batch']} | {stop} | {cell['system']} |"
+        lines.append(f"{head} {ms:.2f} | {ratio('eager')} | {ratio('hf_compiled')} | {ratio('hand_graph')} | "
+                     f"{cell.get('tokens_equal_eager')} | {cell['status']} |"
+                     if ms is not None else f"{head} - | - | - | - | - | {cell.get('error', '')[:80]} |")
     return "\n".join(lines)
 
 
 def breakdown(cells: list[dict[str, Any]]) -> str:
     """Where each static cell's time over the device goes, per new token: HF's loop around the forward (the floor,
     graphed_loop, minus the hand graph) and Trident's forward over the floor's (trident_jit minus graphed_loop),
-    with the replay's own host phases beside it. A line per (cache, batch) that has all three cells."""
+    with the replay's own host phases beside it. A line per (cache, batch, stop check) that has all three cells."""
     lines = []
-    for cache, batch in sorted({(c["cache"], c["batch"]) for c in cells}, key=str):
-        ok = {c["system"]: c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c.get("ms_per_token")}
-        if not all(s in ok for s in ("trident_jit", "graphed_loop", "hand_graph")):
+    for key in sorted({panel(c) for c in cells if c["system"] != "hand_graph"}, key=str):
+        ok = {c["system"]: c for c in cells if c["system"] != "hand_graph" and panel(c) == key and c.get("ms_per_token")}
+        graph = device_cell(cells, key[0], key[1])
+        if not graph or not all(s in ok for s in ("trident_jit", "graphed_loop")):
             continue
-        device, floor, ours = (ok[s]["ms_per_token"] for s in ("hand_graph", "graphed_loop", "trident_jit"))
+        device, floor, ours = graph["ms_per_token"], ok["graphed_loop"]["ms_per_token"], ok["trident_jit"]["ms_per_token"]
         phases = ok["trident_jit"].get("replay_phases_us") or {}
         inside = f"; inside the replay {phases['inside']:.0f} us" if "inside" in phases else ""
         own = ok["trident_jit"].get("graph_device_ms")
         inside += f"; Trident's own graph back to back {own:.3f} ms on the GPU" if own else ""
-        lines.append(f"{cache} cache, batch {batch}: trident.jit {ours:.3f} ms = device {device:.3f} "
-                     f"+ HF's loop {floor - device:+.3f} (the floor {floor:.3f}, {floor / device:.2f}x device) "
-                     f"+ Trident's forward over the floor's {ours - floor:+.3f}{inside}; "
+        cache, batch, stop = key
+        lines.append(f"{cache} cache, batch {batch}, {stop} stop check: trident.jit {ours:.3f} ms = device "
+                     f"{device:.3f} + HF's loop {floor - device:+.3f} (the floor {floor:.3f}, {floor / device:.2f}x "
+                     f"device) + Trident's forward over the floor's {ours - floor:+.3f}{inside}; "
                      f"{ours / device:.2f}x device, {ours / floor:.2f}x the floor")
     return "\n".join(lines)
 
 
 def plot(cells: list[dict[str, Any]], info: dict[str, Any], path: Path) -> str:
-    """A bar chart of ms per token, one panel per (cache, batch), the hand graph's device time as a line; the
+    """A bar chart of ms per token, one panel per (cache, batch, stop check), the hand graph's device time as a line; the
     machine and versions in the title. Written only where matplotlib is importable."""
     try:
         import matplotlib
@@ -416,20 +471,21 @@ def plot(cells: list[dict[str, Any]], info: dict[str, Any], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "note: matplotlib is not importable; no plot written"
-    panels = sorted({(c["cache"], c["batch"]) for c in cells if c.get("ms_per_token")}, key=str)
+    panels = sorted({panel(c) for c in cells if c.get("ms_per_token") and c["system"] != "hand_graph"}, key=str)
     if not panels:
         return "note: no cells to plot"
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
-    for ax, (cache, batch) in zip(axes[0], panels):
-        same = {c["system"]: c for c in cells if (c["cache"], c["batch"]) == (cache, batch) and c.get("ms_per_token")}
+    for ax, (cache, batch, stop) in zip(axes[0], panels):
+        same = {c["system"]: c for c in cells
+                if c["system"] != "hand_graph" and panel(c) == (cache, batch, stop) and c.get("ms_per_token")}
         names = [s for s in SYSTEMS if s in same]
         bars = ax.bar(names, [same[s]["ms_per_token"] for s in names], color="#4c72b0")
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
-        if "hand_graph" in same:
-            ax.axhline(same["hand_graph"]["ms_per_token"], color="#c44e52", linestyle="--",
-                       label="device time (hand graph)")
+        graph = device_cell(cells, cache, batch)
+        if graph:
+            ax.axhline(graph["ms_per_token"], color="#c44e52", linestyle="--", label="device time (hand graph)")
             ax.legend(fontsize=7)
-        ax.set_title(f"{cells[0]['model']}, {cache} cache, batch {batch}", fontsize=9)
+        ax.set_title(f"{cells[0]['model']}, {cache} cache, batch {batch}, {stop} stop", fontsize=9)
         ax.set_ylabel("ms / new token")
         ax.tick_params(axis="x", labelrotation=40, labelsize=7)
     versions = ", ".join(f"{k} {info.get(k)}" for k in ("torch", "triton", "transformers") if info.get(k))
@@ -449,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--stop-check", default="sync,deferred", help="generate's stop check for every system: sync "
+                   "(transformers' loop on CUDA), deferred (DeferredStopCheck), or both, comma-separated")
     p.add_argument("--liger", action="store_true", help="apply liger-kernel's Triton kernels to the model first")
     p.add_argument("--out", type=Path, help="the JSON; the plot goes next to it (.png)")
     p.add_argument("--plot-only", type=Path, nargs="+", metavar="JSON",

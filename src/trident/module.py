@@ -10,7 +10,8 @@ The wrapper is the same module seen through a class of its own:
 
 A miss captures `module(*args, **kwargs)` on the original: its hooks and forward run as eager would run them.
 A forward taking **kwargs (every Hugging Face model's) is bound keyword by keyword: each keyword only **kwargs
-receives becomes a parameter of the entry once a call passes it (driver.JitFunction._add_keywords).
+receives becomes a parameter of the entry once a call passes it (driver.JitFunction._add_keywords). A transformers
+model's wrapper also takes hf_generate.JittedGeneration's generate() side first in its bases.
 Module state the forward reads (the `training` flags of the modules it calls, their other attributes, which
 parameter or submodule object each name holds) is guarded natively (capture/module_state.py), so a
 train()/eval() flip, also of one submodule, compiles or reuses the specialization of that mode. Parameters and
@@ -21,6 +22,7 @@ module-state guards: either recompiles, never a stale result.
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 from torch import nn
@@ -79,13 +81,24 @@ def jit_module(module: nn.Module) -> nn.Module:
         "_trident_module": module,
         "__reduce_ex__": _reduce_ex,
     }
-    wrapper_class = type(cls.__name__, (cls,), namespace)
+    wrapper_class = type(cls.__name__, (*_generation_side(cls), cls), namespace)
     # Until the runtime is built, the first call builds it; then the entry takes the slot.
     wrapper_class.__call__ = _first_call  # type: ignore[assignment]
     jit.when_entry_exists(lambda entry: setattr(wrapper_class, "__call__", entry))
     wrapper = object.__new__(wrapper_class)
     object.__setattr__(wrapper, "__dict__", module.__dict__)
     return wrapper
+
+
+def _generation_side(cls: type) -> tuple[type, ...]:
+    """hf_generate.JittedGeneration for a transformers model that generates (transformers is imported then)."""
+    utils = sys.modules.get("transformers.generation.utils")
+    mixin = getattr(utils, "GenerationMixin", None)
+    if mixin is None or not issubclass(cls, mixin):
+        return ()
+    from .hf_generate import JittedGeneration
+
+    return (JittedGeneration,)
 
 
 def _first_call(self: nn.Module, *args: object, **kwargs: object) -> object:

@@ -74,16 +74,16 @@ def test_hf_generate_runs(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     result = run_benchmark("hf_generate.py", "--model", "tiny", "--cache", "static", "--systems",
                            "eager,hf_compiled,cudagraphs,backend,trident_jit,trident_jit_cache", "--tokens", "3",
-                           "--rounds", "1", "--out", str(out))
+                           "--rounds", "1", "--stop-check", "deferred", "--out", str(out))
     cells = json.loads(out.read_text())["cells"]
     systems = ["eager", "trident_jit", "trident_jit_cache", "hf_compiled", "cudagraphs", "backend"]  # Dynamo's last
     assert [c["system"] for c in cells] == systems
-    assert all(c["status"] == "ok" and c["tokens_equal_eager"] for c in cells), cells
+    assert all(c["status"] == "ok" and c["tokens_equal_eager"] and c["stop_check"] == "deferred" for c in cells), cells
     # The plot is written where matplotlib is importable, and says so where it is not.
     plotted = f"plot: {out.with_suffix('.png')}" in result.stdout
     assert plotted == out.with_suffix(".png").exists() and (plotted or "no plot written" in result.stdout)
     again = run_benchmark("hf_generate.py", "--plot-only", str(out))
-    assert "| static | 1 | trident_jit_cache |" in again.stdout, again.stdout
+    assert "| static | 1 | deferred | trident_jit_cache |" in again.stdout, again.stdout
 
 
 def test_hf_generate_says_where_a_static_cells_time_over_the_device_goes(tmp_path: Path) -> None:
@@ -92,10 +92,10 @@ def test_hf_generate_says_where_a_static_cells_time_over_the_device_goes(tmp_pat
     copy = tmp_path / "cells.json"
     copy.write_text((ROOT / "benchmarks/results/hf_generate_qwen2_kept_cache.h100.json").read_text())
     result = run_benchmark("hf_generate.py", "--plot-only", str(copy))
-    assert ("static cache, batch 1: trident.jit 4.449 ms = device 4.219 + HF's loop +0.141 (the floor 4.360, "
+    assert ("static cache, batch 1, sync stop check: trident.jit 4.449 ms = device 4.219 + HF's loop +0.141 (the floor 4.360, "
             "1.03x device) + Trident's forward over the floor's +0.088; inside the replay 167 us; 1.05x device, "
             "1.02x the floor") in result.stdout, result.stdout
-    assert "static cache, batch 8: trident.jit 5.482 ms" in result.stdout, result.stdout
+    assert "static cache, batch 8, sync stop check: trident.jit 5.482 ms" in result.stdout, result.stdout
 
 
 def test_hf_generate_repeats_a_kept_decode_call_within_the_cache() -> None:
