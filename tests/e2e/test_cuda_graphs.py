@@ -434,13 +434,14 @@ def test_aranges_that_follow_the_position_replay_with_their_start_and_step_patch
 
 
 @gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_float_aranges_and_linspaces_that_follow_the_position_replay_with_eager_bits(dtype: torch.dtype) -> None:
-    """A float32 or float64 arange (int or float bounds, ascending or descending) or linspace whose bounds follow
-    the position is made in the graph by Trident's own kernel from stand-ins that memset nodes write: every
-    position replays with the direct path's and eager's bits. ATen rounds start + step * i once (a fused
-    multiply-add); the positions here include values where rounding the product first gives other bits, so a
-    kernel that did would fail."""
+    """A floating arange (int or float bounds, ascending or descending) or linspace whose bounds follow the position
+    is made in the graph by Trident's own kernel from stand-ins that memset nodes write: every position replays with
+    the direct path's and eager's bits. ATen rounds an arange's start + step * i once (a fused multiply-add, in
+    float32 for half and bfloat16, then converted), and a float32 or float64 linspace's too; a half or bfloat16
+    linspace rounds every operation to its type. The positions here include values where rounding the other way
+    gives other bits, so a kernel that did would fail."""
 
     def f(x: torch.Tensor, pos: int) -> tuple[torch.Tensor, ...]:
         from_ints = torch.arange(pos, pos + 8, dtype=dtype, device=x.device)
@@ -452,11 +453,16 @@ def test_float_aranges_and_linspaces_that_follow_the_position_replay_with_eager_
     x = torch.randn(8, device="cuda", dtype=dtype)
     counts = one_recording_replays_every_position(f, lambda p: (x, p))
     assert counts["host_scalars"] == 7, counts  # start; start, step; start, step; start, end
-    # The data can tell one rounding from two: with the product rounded first, some element differs from eager's.
-    i = torch.arange(8, device="cuda", dtype=dtype)
-    step = torch.tensor(0.1, device="cuda", dtype=dtype)
-    twice_rounded = [torch.tensor(p * 0.5, device="cuda", dtype=dtype) + step * i for p in POSITIONS]
-    assert any(not same_bits(r, f(x, p)[2]) for p, r in zip(POSITIONS, twice_rounded))
+    if dtype in (torch.float32, torch.float64):
+        # The data can tell one rounding from two: with the product rounded first, some element differs from eager's.
+        i = torch.arange(8, device="cuda", dtype=dtype)
+        step = torch.tensor(0.1, device="cuda", dtype=dtype)
+        other = [torch.tensor(p * 0.5, device="cuda", dtype=dtype) + step * i for p in POSITIONS]
+        assert any(not same_bits(r, f(x, p)[2]) for p, r in zip(POSITIONS, other))
+    else:
+        # ... and a linspace computed in float32 and rounded once differs from eager's, rounded at every operation.
+        other = [torch.linspace(p * 0.1, p * 1.7 + 1, 33, device="cuda").to(dtype) for p in POSITIONS]
+        assert any(not same_bits(r, f(x, p)[4]) for p, r in zip(POSITIONS, other))
 
 
 @gpu
@@ -507,18 +513,20 @@ def test_float_arithmetic_and_comparisons_on_the_position_replay_with_their_oper
 
 
 @gpu
-@pytest.mark.parametrize("case", ["bfloat16", "alpha", "half_range"])
+@pytest.mark.parametrize("case", ["bfloat16", "alpha", "int_range"])
 def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_which(case: str) -> None:
     """A changing operand whose rounding could differ between a kernel parameter and device memory is not
     followed: a bfloat16 tensor's (ATen keeps the scalar in float32, its op math type, where a stand-in would
-    hold a bfloat16), a float sum's with alpha 2 (a product that FMA contraction may round either way), and a
-    half arange's bounds (no range kernel of that dtype). A call whose operand no recording has runs directly,
-    explain names the argument and why it is not followed, and each value gets its own recording, up to four."""
+    hold a bfloat16), a float sum's with alpha 2 (a product that FMA contraction may round either way), and an
+    int64 arange's float bounds (computed in int64 from bounds ATen converts). A call whose operand no recording
+    has runs directly, explain names the argument and why it is not followed, and each value gets its own
+    recording, up to four."""
     dtype, difference, why = {
         "bfloat16": (torch.bfloat16, r"argument 1 of aten::mul\.Scalar is \d, recorded \d",
                      "its bfloat16 result keeps the operand in float32"),
         "alpha": (torch.float32, r"argument 1 of aten::add\.Scalar is \d, recorded \d", "an alpha other than 1"),
-        "half_range": (torch.float16, r"argument 0 of aten::arange\.start is \d, recorded \d", "an arange of half"),
+        "int_range": (torch.float32, r"argument 0 of aten::arange\.start is [\d.]+, recorded [\d.]+",
+                      "an arange of long with float bounds"),
     }[case]
 
     def f(x: torch.Tensor, pos: int) -> torch.Tensor:
@@ -526,7 +534,7 @@ def test_an_operand_not_followed_gets_a_recording_per_value_and_explain_says_whi
             return x * (pos % 3) + 1
         if case == "alpha":
             return torch.add(x, pos % 3, alpha=2) + 1
-        return x + torch.arange(pos % 3, pos % 3 + 64, dtype=dtype, device=x.device)
+        return x + torch.arange(pos % 3 + 0.5, pos % 3 + 64.5, dtype=torch.int64, device=x.device)
 
     x = torch.randn(64, device="cuda", dtype=dtype)
     with_graphs, direct = jit_with_graphs(f, True), jit_with_graphs(f, False)

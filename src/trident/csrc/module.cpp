@@ -219,8 +219,17 @@ PyObject* module_replay_words(PyObject*, PyObject* args) {
 PyObject* module_cuda_graphs_available(PyObject*, PyObject*) { return PyBool_FromLong(trident::cuda_graphs_available()); }
 
 PyObject* module_range_kernels_ptx(PyObject*, PyObject*) {
-  const std::string ptx = trident::graphs::range_kernels_ptx();
-  return PyUnicode_FromStringAndSize(ptx.data(), static_cast<Py_ssize_t>(ptx.size()));
+  const std::vector<std::string> modules = trident::graphs::range_kernels_ptx();
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(modules.size()));
+  for (size_t i = 0; tuple != nullptr && i < modules.size(); ++i) {
+    PyObject* text = PyUnicode_FromStringAndSize(modules[i].data(), static_cast<Py_ssize_t>(modules[i].size()));
+    if (text == nullptr) {
+      Py_DECREF(tuple);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), text);
+  }
+  return tuple;
 }
 
 PyMethodDef module_methods[] = {
@@ -236,7 +245,8 @@ PyMethodDef module_methods[] = {
     {"cuda_graphs_available", module_cuda_graphs_available, METH_NOARGS,
      "whether init_cuda found every CUDA driver entry point graph replay uses"},
     {"range_kernels_ptx", module_range_kernels_ptx, METH_NOARGS,
-     "range_kernels_ptx() -> str: the PTX of graph replay's own float arange and linspace kernels"},
+     "range_kernels_ptx() -> tuple[str, ...]: the PTX modules of graph replay's own floating arange and linspace "
+     "kernels"},
     {"watch_launch_hooks", trident::watch_launch_hooks, METH_VARARGS,
      "watch_launch_hooks(enter_calls, exit_calls): Triton's hook lists; native launches yield while one is set"},
     {"private_view", trident::private_views::py_private_view, METH_VARARGS,

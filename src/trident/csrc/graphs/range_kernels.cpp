@@ -1,16 +1,17 @@
 /*
- * graphs/range_kernels.cpp — Trident's own kernels for a float32 or float64 arange or linspace whose bounds follow
- * the call (graphs/scalars.cpp), reading them from device memory that memset nodes write.
+ * graphs/range_kernels.cpp — Trident's own kernels for a floating arange or linspace (float32, float64, half,
+ * bfloat16) whose bounds follow the call (graphs/scalars.cpp), reading them from device memory that memset nodes
+ * write.
  *
  * ATen's kernels take start and step by parameter, which a replay cannot patch, and no ATen operator on 0-dim
- * stand-ins gives their bits: RangeFactories.cu computes an arange's element as `xstart + xstep * (acc)i` and a
- * linspace's as `start + step * (acc)i` (the first half) or `end - step * (acc)(steps - i - 1)` (the second), in
- * the accumulate type (the dtype itself for these two), and nvcc contracts each to one fused multiply-add, where
- * addcmul rounds the product first. These kernels compute exactly that: one `fma.rn` of the converted index
- * (`cvt.rn` from int64, as C++ converts it), and for linspace the step as the host computes it, `(end - start) /
- * (steps - 1)` with IEEE subtraction and division (`sub.rn`, `div.rn`, not the approximate division). No flush of
- * subnormals, as ATen is built without fast math. Every recording that uses them is proven bit for bit against
- * the direct run (ATen's kernel) before it replays.
+ * stand-ins gives their bits: RangeFactories.cu computes an arange's element as `xstart + xstep * (acc)i` in the
+ * accumulate type, and a float32 or float64 linspace's as `start + step * i` (the first half) or `end - step *
+ * (steps - i - 1)` (the second), and nvcc contracts each to one fused multiply-add, where addcmul rounds the
+ * product first. These kernels compute exactly that: one `fma.rn` of the converted index (`cvt.rn` from int64, as
+ * C++ converts it), and for linspace the step as the host computes it, `(end - start) / (steps - 1)` with IEEE
+ * subtraction and division (`sub.rn`, `div.rn`, not the approximate division). Half and bfloat16 differ (below,
+ * ElementType). No flush of subnormals, as ATen is built without fast math. Every recording that uses them is
+ * proven bit for bit against the direct run (ATen's kernel) before it replays.
  *
  * They are PTX, which the driver compiles for the device it runs on: loaded once per device before its first
  * capture begins (loading a module while the stream captures is not a capturable operation).
@@ -19,22 +20,56 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace trident::graphs {
 
 namespace {
 
-// A kernel is kEntry, its body, then kStore. Parameters: the result, the first and second operand (an arange's
-// start and step, a linspace's start and end; 0-dim tensors of the element type) and the element count, which for
-// linspace is its `steps`. kEntry leaves the index in %rd5, the count in %rd4, the result's address in %rd1 and
-// the operands in %f1 and %f2; a body leaves the element in %f7.
+// Where a kernel's element type and ATen's arithmetic for it differ:
+//   - float32 and float64 compute in the type itself, from operands of it.
+//   - half and bfloat16: an arange computes in float32 (ATen's accumulate type) from float32 operands and rounds
+//     the element once, at the store (`static_cast<scalar_t>(val)`). A linspace takes operands of the type itself
+//     and computes with c10::Half / c10::BFloat16 arithmetic, where every operation runs in float32 and rounds its
+//     result to the type: the step's subtraction, `static_cast<scalar_t>(steps - 1)`, the division, the index's
+//     conversion (`step * ind` converts ind to the type first), the product and the sum. Nothing fuses: each
+//     product is rounded to the type before the sum reads it.
+// Rounding to half is `cvt.rn.f16.f32` (c10::Half's device conversion, __float2half); to bfloat16 `cvt.rn.bf16.f32`
+// (__float2bfloat16 from sm_80 on), so the bfloat16 kernels are a module of their own for sm_80 and later. On the
+// host, c10 rounds both to nearest even in software, which is the same for every value the step can take.
+struct ElementType {
+  const char* name;       // in the kernel's name
+  const char* compute;    // the PTX type of the arithmetic (and of the operands, but for a reduced linspace)
+  const char* log2_size;  // of the element in bytes
+  const char* round;      // PTX that rounds %f<n> (written @N) to the element type and back; empty: no rounding
+  const char* store;      // PTX that stores %f7 at [%rd7]
+  bool sm80;              // in the sm_80 module
+};
+
+constexpr const char* kRoundHalf = "  cvt.rn.f16.f32 %h3, %f@N;\n  cvt.f32.f16 %f@N, %h3;\n";
+constexpr const char* kRoundBf16 =
+    "  cvt.rn.bf16.f32 %h3, %f@N;\n  cvt.u32.u16 %r6, %h3;\n  shl.b32 %r6, %r6, 16;\n  mov.b32 %f@N, %r6;\n";
+
+constexpr ElementType kTypes[4] = {
+    {"f32", "f32", "2", "", "  st.global.f32 [%rd7], %f7;\n", false},
+    {"f64", "f64", "3", "", "  st.global.f64 [%rd7], %f7;\n", false},
+    {"f16", "f32", "1", kRoundHalf, "  cvt.rn.f16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n", false},
+    {"bf16", "f32", "1", kRoundBf16, "  cvt.rn.bf16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n", true},
+};
+
+// A kernel is kEntry, its operands' loads, its body, then kStore. Parameters: the result, the first and second
+// operand (an arange's start and step, a linspace's start and end; 0-dim tensors) and the element count, which for
+// linspace is its `steps`. kEntry leaves the index in %rd5, the count in %rd4, the result's address in %rd1 and the
+// operands' addresses in %rd2 and %rd3; the loads leave the operands in %f1 and %f2 (@C values), and a body the
+// element in %f7.
 constexpr const char* kEntry = R"(
 .visible .entry trident_@K_@T(.param .u64 p_out, .param .u64 p_first, .param .u64 p_second, .param .u64 p_n)
 {
   .reg .pred %p<3>;
-  .reg .b32 %r<4>;
+  .reg .b16 %h<4>;
+  .reg .b32 %r<8>;
   .reg .b64 %rd<11>;
-  .reg .@T %f<8>;
+  .reg .@C %f<8>;
   ld.param.u64 %rd1, [p_out];
   ld.param.u64 %rd2, [p_first];
   ld.param.u64 %rd3, [p_second];
@@ -50,92 +85,162 @@ constexpr const char* kEntry = R"(
   cvta.to.global.u64 %rd1, %rd1;
   cvta.to.global.u64 %rd2, %rd2;
   cvta.to.global.u64 %rd3, %rd3;
-  ld.global.@T %f1, [%rd2];
-  ld.global.@T %f2, [%rd3];
 )";
 
-// start + step * i, rounded once.
+constexpr const char* kLoadComputeType = "  ld.global.@C %f1, [%rd2];\n  ld.global.@C %f2, [%rd3];\n";
+// Half and bfloat16 operands, widened to float32 exactly (a bfloat16 is a float32's high half).
+constexpr const char* kLoadHalf =
+    "  ld.global.b16 %h1, [%rd2];\n  cvt.f32.f16 %f1, %h1;\n  ld.global.b16 %h2, [%rd3];\n  cvt.f32.f16 %f2, %h2;\n";
+constexpr const char* kLoadBf16 = R"(  ld.global.b16 %h1, [%rd2];
+  cvt.u32.u16 %r4, %h1;
+  shl.b32 %r4, %r4, 16;
+  mov.b32 %f1, %r4;
+  ld.global.b16 %h2, [%rd3];
+  cvt.u32.u16 %r5, %h2;
+  shl.b32 %r5, %r5, 16;
+  mov.b32 %f2, %r5;
+)";
+
+// start + step * i, rounded once (to the element type at the store).
 constexpr const char* kArangeBody = R"(
-  cvt.rn.@T.s64 %f3, %rd5;
-  fma.rn.@T %f7, %f2, %f3, %f1;
+  cvt.rn.@C.s64 %f3, %rd5;
+  fma.rn.@C %f7, %f2, %f3, %f1;
 )";
 
 // step = (end - start) / (steps - 1); the first half start + step * i, the second end - step * (steps - i - 1),
 // each rounded once. steps >= 2, so halfway = steps / 2 is a shift.
 constexpr const char* kLinspaceBody = R"(
   add.s64 %rd8, %rd4, -1;
-  cvt.rn.@T.s64 %f3, %rd8;
-  sub.rn.@T %f4, %f2, %f1;
-  div.rn.@T %f4, %f4, %f3;
+  cvt.rn.@C.s64 %f3, %rd8;
+  sub.rn.@C %f4, %f2, %f1;
+  div.rn.@C %f4, %f4, %f3;
   shr.s64 %rd9, %rd4, 1;
   setp.lt.s64 %p2, %rd5, %rd9;
   @%p2 bra FIRST_HALF;
   sub.s64 %rd10, %rd8, %rd5;
-  cvt.rn.@T.s64 %f5, %rd10;
-  neg.@T %f6, %f4;
-  fma.rn.@T %f7, %f6, %f5, %f2;
+  cvt.rn.@C.s64 %f5, %rd10;
+  neg.@C %f6, %f4;
+  fma.rn.@C %f7, %f6, %f5, %f2;
   bra STORE;
 FIRST_HALF:
-  cvt.rn.@T.s64 %f5, %rd5;
-  fma.rn.@T %f7, %f4, %f5, %f1;
+  cvt.rn.@C.s64 %f5, %rd5;
+  fma.rn.@C %f7, %f4, %f5, %f1;
+)";
+
+// The same in half or bfloat16 arithmetic (c10's): each @R<n> rounds %f<n>, just computed, to the type. The sum is
+// rounded by the store.
+constexpr const char* kReducedLinspaceBody = R"(
+  add.s64 %rd8, %rd4, -1;
+  cvt.rn.f32.s64 %f3, %rd8;
+@R3
+  sub.rn.f32 %f4, %f2, %f1;
+@R4
+  div.rn.f32 %f4, %f4, %f3;
+@R4
+  shr.s64 %rd9, %rd4, 1;
+  setp.lt.s64 %p2, %rd5, %rd9;
+  @%p2 bra FIRST_HALF;
+  sub.s64 %rd10, %rd8, %rd5;
+  cvt.rn.f32.s64 %f5, %rd10;
+@R5
+  mul.rn.f32 %f6, %f4, %f5;
+@R6
+  sub.rn.f32 %f7, %f2, %f6;
+  bra STORE;
+FIRST_HALF:
+  cvt.rn.f32.s64 %f5, %rd5;
+@R5
+  mul.rn.f32 %f6, %f4, %f5;
+@R6
+  add.rn.f32 %f7, %f1, %f6;
 )";
 
 constexpr const char* kStore = R"(
 STORE:
   shl.b64 %rd6, %rd5, @S;
   add.s64 %rd7, %rd1, %rd6;
-  st.global.@T [%rd7], %f7;
+@V
 DONE:
   ret;
 }
 )";
 
-// A kernel's text for an element type: @K its kind, @T its PTX type, @S the log2 of its size in bytes.
-std::string instantiate(const char* body, const char* kind, const char* type, const char* shift) {
+struct KernelKind {
+  const char* name;
+  bool linspace;
+};
+constexpr KernelKind kKinds[2] = {{"arange", false}, {"linspace", true}};  // RangeKernel's order
+
+bool reduced(const ElementType& type) { return type.round[0] != '\0'; }
+
+// `text` with its tags replaced: @K the kind, @T the type's name, @C its compute type, @S the log2 of its size, @V
+// its store, @R<n> its rounding of %f<n> (nothing for float32 and float64).
+std::string instantiate(const char* text, const KernelKind& kind, const ElementType& type) {
   std::string out;
-  for (const char* part : {kEntry, body, kStore}) {
-    for (const char* c = part; *c != '\0'; ++c) {
-      const char* with = c[0] != '@'   ? nullptr
-                         : c[1] == 'K' ? kind
-                         : c[1] == 'T' ? type
-                         : c[1] == 'S' ? shift
-                                       : nullptr;
-      if (with != nullptr) {
-        out += with;
-        ++c;
-      } else {
-        out += *c;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (c[0] != '@' || c[1] == '\0') {
+      out += *c;
+      continue;
+    }
+    ++c;
+    switch (*c) {
+      case 'K': out += kind.name; break;
+      case 'T': out += type.name; break;
+      case 'C': out += type.compute; break;
+      case 'S': out += type.log2_size; break;
+      case 'V': out += type.store; break;
+      case 'R': {
+        const char n = *++c;
+        for (const char* r = type.round; *r != '\0'; ++r) {
+          if (r[0] == '@' && r[1] == 'N') {
+            out += n;
+            ++r;
+          } else {
+            out += *r;
+          }
+        }
+        break;
       }
+      default: out += '@'; out += *c;
     }
   }
   return out;
 }
 
-// The kernels, indexed as DeviceKernels::functions: [kind][element type].
-struct KernelKind {
-  const char* body;
-  const char* name;
-};
-constexpr KernelKind kKinds[2] = {{kArangeBody, "arange"}, {kLinspaceBody, "linspace"}};  // RangeKernel's order
-struct ElementType {
-  const char* ptx;
-  const char* log2_size;
-};
-constexpr ElementType kTypes[2] = {{"f32", "2"}, {"f64", "3"}};  // float32, float64
+std::string kernel_source(const KernelKind& kind, const ElementType& type) {
+  const bool reduced_linspace = kind.linspace && reduced(type);
+  const char* load = !reduced_linspace ? kLoadComputeType : type.sm80 ? kLoadBf16 : kLoadHalf;
+  const char* body = !kind.linspace ? kArangeBody : reduced_linspace ? kReducedLinspaceBody : kLinspaceBody;
+  std::string text;
+  for (const char* part : {kEntry, load, body, kStore}) text += instantiate(part, kind, type);
+  return text;
+}
 
-std::string module_source() {
-  std::string ptx = ".version 7.0\n.target sm_70\n.address_size 64\n";
+// The kernels' modules: [0] for sm_70 and later (float32, float64, half), [1] for sm_80 and later (bfloat16).
+std::vector<std::string> module_sources() {
+  std::vector<std::string> modules = {".version 7.0\n.target sm_70\n.address_size 64\n",
+                                      ".version 7.0\n.target sm_80\n.address_size 64\n"};
   for (const KernelKind& kind : kKinds) {
-    for (const ElementType& type : kTypes) ptx += instantiate(kind.body, kind.name, type.ptx, type.log2_size);
+    for (const ElementType& type : kTypes) modules[type.sm80 ? 1 : 0] += kernel_source(kind, type);
   }
-  return ptx;
+  return modules;
+}
+
+int type_index(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return 0;
+    case at::kDouble: return 1;
+    case at::kHalf: return 2;
+    case at::kBFloat16: return 3;
+    default: return -1;
+  }
 }
 
 constexpr int kMaxDevices = 64;
 
 struct DeviceKernels {
-  bool loaded = false;  // tried: the functions below are null when the driver refused the module
-  void* functions[2][2] = {};  // [kind][float64]
+  bool loaded = false;  // tried: the functions below are null when the driver refused a module
+  void* functions[2][4] = {};  // [kind][element type, kTypes' order]
 };
 
 std::mutex loading;
@@ -143,15 +248,21 @@ DeviceKernels kernels[kMaxDevices];
 
 // The function for this kind and element type on `device`, or null: never loaded here, since a capture is running
 // (load_range_kernels ran before it began).
-void* function_for(RangeKernel kind, bool float64, int32_t device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
+void* function_for(RangeKernel kind, at::ScalarType dtype, int32_t device) {
+  const int type = type_index(dtype);
+  if (device < 0 || device >= kMaxDevices || type < 0) return nullptr;
   std::lock_guard<std::mutex> hold(loading);
-  return kernels[device].functions[kind == RangeKernel::kLinspace][float64];
+  return kernels[device].functions[kind == RangeKernel::kLinspace][type];
 }
 
 }  // namespace
 
-std::string range_kernels_ptx() { return module_source(); }
+std::vector<std::string> range_kernels_ptx() { return module_sources(); }
+
+at::ScalarType range_operand_dtype(RangeKernel kind, at::ScalarType dtype) {
+  const bool reduced_type = dtype == at::kHalf || dtype == at::kBFloat16;
+  return reduced_type && kind == RangeKernel::kArange ? at::kFloat : dtype;
+}
 
 void load_range_kernels(int32_t device) {
   if (device < 0 || device >= kMaxDevices || driver.module_load_data == nullptr) return;
@@ -159,30 +270,30 @@ void load_range_kernels(int32_t device) {
   DeviceKernels& d = kernels[device];
   if (d.loaded) return;
   d.loaded = true;
-  void* module = nullptr;
-  const std::string ptx = module_source();
-  if (driver.module_load_data(&module, ptx.c_str()) != 0) return;
-  for (int k = 0; k < 2; ++k) {
-    for (int t = 0; t < 2; ++t) {
-      const std::string name = std::string("trident_") + kKinds[k].name + "_" + kTypes[t].ptx;  // as kEntry names it
-      void* function = nullptr;
-      if (driver.module_get_function(&function, module, name.c_str()) == 0) d.functions[k][t] = function;
+  const std::vector<std::string> sources = module_sources();
+  for (size_t m = 0; m < sources.size(); ++m) {
+    void* module = nullptr;
+    if (driver.module_load_data(&module, sources[m].c_str()) != 0) continue;  // bfloat16's before sm_80
+    for (int k = 0; k < 2; ++k) {
+      for (int t = 0; t < 4; ++t) {
+        if (kTypes[t].sm80 != (m == 1)) continue;
+        const std::string name = std::string("trident_") + kKinds[k].name + "_" + kTypes[t].name;  // as kEntry names it
+        void* function = nullptr;
+        if (driver.module_get_function(&function, module, name.c_str()) == 0) d.functions[k][t] = function;
+      }
     }
   }
 }
 
 bool range_kernel_ready(RangeKernel kind, at::ScalarType dtype, int32_t device) {
-  return (dtype == at::kFloat || dtype == at::kDouble) && function_for(kind, dtype == at::kDouble, device) != nullptr;
+  return function_for(kind, dtype, device) != nullptr;
 }
 
 bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
                          CUstream stream) {
-  const at::ScalarType dtype = out.scalar_type();
-  if ((dtype != at::kFloat && dtype != at::kDouble) || !out.is_contiguous() || first.scalar_type() != dtype ||
-      second.scalar_type() != dtype) {
-    return false;
-  }
-  void* function = function_for(kind, dtype == at::kDouble, out.get_device());
+  const at::ScalarType dtype = out.scalar_type(), operands = range_operand_dtype(kind, dtype);
+  if (!out.is_contiguous() || first.scalar_type() != operands || second.scalar_type() != operands) return false;
+  void* function = function_for(kind, dtype, out.get_device());
   if (function == nullptr) return false;
   uint64_t out_address = reinterpret_cast<uintptr_t>(out.data_ptr());
   uint64_t first_address = reinterpret_cast<uintptr_t>(first.data_ptr());

@@ -368,19 +368,22 @@ bool record_fill(Step* step, CUstream stream, const at::Tensor& result, int64_t 
 bool record_operand(Step* step, CUstream stream, const char* name, const int64_t* args, int64_t nargs,
                     at::Tensor* result);
 // Recording, instead of running the operator: when `name` is an arange or linspace (kRange) on the recording's
-// device, of an integral dtype with int start, end and step (an arange), or of float32 or float64, makes its
+// device, of an integral dtype with int start, end and step (an arange), or of a floating dtype, makes its
 // result from stand-ins of its bounds written by memset nodes (graphs/scalars.cpp), sets *result and follows them.
 // false: run the operator as a plain step.
 bool record_range(Step* step, CUstream stream, int32_t device, const char* name, const int64_t* args, int64_t nargs,
                   at::Tensor* result);
-// Trident's own kernels for a followed float32 or float64 range (graphs/range_kernels.cpp).
+// Trident's own kernels for a followed float32, float64, half or bfloat16 range (graphs/range_kernels.cpp).
 enum class RangeKernel {
   kArange,    // out[i] = first + second * i: an arange's start and step
   kLinspace,  // out has `steps` elements from first to second: a linspace's start and end
 };
-// Launches the kernel of `kind` on `stream`, writing the contiguous `out` from the 0-dim `first` and `second` of its
-// dtype (float32 or float64) as ATen's kernel computes it; false when it cannot (another dtype, a driver without
-// module loading, a module the driver refused).
+// The dtype of a range kernel's two operands for a result of `dtype`: float32 for a half or bfloat16 arange (ATen's
+// accumulate type), the result's own otherwise.
+at::ScalarType range_operand_dtype(RangeKernel kind, at::ScalarType dtype);
+// Launches the kernel of `kind` on `stream`, writing the contiguous `out` from the 0-dim `first` and `second` (of
+// range_operand_dtype) as ATen's kernel computes it; false when it cannot (another dtype, a driver without module
+// loading, a module the driver refused).
 bool launch_range_kernel(RangeKernel kind, const at::Tensor& out, const at::Tensor& first, const at::Tensor& second,
                          CUstream stream);
 // Whether the kernel of `kind` for `dtype` is loaded on `device` (asked before anything is recorded for the range:

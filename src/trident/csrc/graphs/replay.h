@@ -14,6 +14,7 @@
 #include "runtime_internal.h"
 
 #include <string>
+#include <vector>
 
 namespace trident::graphs {
 
@@ -78,9 +79,9 @@ bool result_for_caller(AtenTensorHandle t, AtenTensorHandle* replacement);
 
 // The driver entry points graphs need, from libcuda (init_cuda calls it); false when one is missing.
 bool resolve_driver(void* libcuda);
-// The PTX module of the recordings' own float range kernels (graphs/range_kernels.cpp), for a test that
-// assembles it where no GPU is.
-std::string range_kernels_ptx();
+// The PTX modules of the recordings' own floating range kernels (graphs/range_kernels.cpp: for sm_70 on, and the
+// bfloat16 ones for sm_80 on), for a test that assembles them where no GPU is.
+std::vector<std::string> range_kernels_ptx();
 
 // The Recording's Python type (graphs/recording.cpp; module.cpp adds it to the module) and the entry's replay
 // (entry.cpp).

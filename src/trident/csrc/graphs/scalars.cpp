@@ -32,14 +32,13 @@
  * Ranges (`torch.arange(pos, pos + 1)` for cache positions, `torch.arange(0, (batch + 1) * n, n)` for cumulative
  * lengths, `torch.linspace(0, pos, n)`). An integral arange's elements are start + step * i, computed in int64 and
  * converted to its dtype as ATen's kernel computes them, so the recording makes the result from int64 stand-ins of
- * start and step that memset nodes write and a constant iota (addcmul, then a conversion). A float32 or float64
- * arange or linspace is made by Trident's own kernel (graphs/range_kernels.cpp) from stand-ins of its dtype (start
- * and step; a linspace's start and end): ATen contracts its element's product and sum into one FMA, which no ATen
- * operator on stand-ins reproduces. An arange's end is followed without a node: with start and step it decides the
- * length, which must stay the recorded one (ATen's RangeFactories formula); a linspace's length is its steps, an
- * int that stays in the signature. Half and bfloat16 ranges are not followed (a linspace rounds its step to the
- * dtype and its products and sums one by one; an arange converts from float32 after the FMA: both could be
- * written, and are not yet).
+ * start and step that memset nodes write and a constant iota (addcmul, then a conversion). A floating arange or
+ * linspace is made by Trident's own kernel (graphs/range_kernels.cpp) from stand-ins (start and step, float32 for a
+ * half or bfloat16 arange as ATen's accumulate type; a linspace's start and end of its dtype): ATen contracts a
+ * float32 or float64 element's product and sum into one FMA, and computes a half or bfloat16 linspace with a
+ * rounding after every operation, which no ATen operator on stand-ins reproduces. An arange's end is followed
+ * without a node: with start and step it decides the length, which must stay the recorded one (ATen's
+ * RangeFactories formula); a linspace's length is its steps, an int that stays in the signature.
  *
  * A replay patches the memset nodes (cuGraphExecMemsetNodeSetParams) when a scalar converts to other bits, and
  * diverges when it does not convert or gives another length (the direct call then does what eager does: raise
@@ -360,20 +359,21 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
       (device_index != TRIDENT_DEVICE_CODE_NO_INDEX && device_index != device)) {
     return false;
   }
-  // An integral arange of ints is made by ATen's operators from int64 stand-ins; a float32 or float64 arange or
-  // linspace by Trident's own kernel from stand-ins of its dtype, ATen's accumulate type for both.
+  // An integral arange of ints is made by ATen's operators from int64 stand-ins; a floating arange or linspace by
+  // Trident's own kernel from stand-ins of the dtype its operands take (range_operand_dtype).
   const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
-  if (integral ? op->linspace || !ints : dtype != at::kFloat && dtype != at::kDouble) {
+  const RangeKernel kernel = op->linspace ? RangeKernel::kLinspace : RangeKernel::kArange;
+  if (integral ? op->linspace || !ints : !at::isFloatingType(dtype)) {
     step->unfollowed = std::string(op->linspace ? "a linspace" : "an arange") + " of " + dtype_name(dtype) +
                        (integral ? " with float bounds" : "") +
-                       " (Trident follows integral aranges of ints, and float32 and float64 ranges)";
+                       " (Trident follows integral aranges of ints, and floating ranges)";
     return false;
   }
-  if (!integral && !range_kernel_ready(op->linspace ? RangeKernel::kLinspace : RangeKernel::kArange, dtype, device)) {
+  if (!integral && !range_kernel_ready(kernel, dtype, device)) {
     step->unfollowed = kNoRangeKernel;
     return false;
   }
-  const at::ScalarType operands = integral ? at::kLong : dtype;
+  const at::ScalarType operands = integral ? at::kLong : range_operand_dtype(kernel, dtype);
   std::vector<FollowedScalar> followed;
   for (int64_t a = 0; a < op->scalars; ++a) followed.push_back(followed_argument(args, a, operands));
   const at::TensorOptions options = at::TensorOptions().device(at::kCUDA, device);
@@ -407,7 +407,7 @@ bool record_range(Step* step, CUstream stream, int32_t device, const char* name,
                        : at::add(iota, followed[0].stand_in);
     if (dtype != at::kLong) values = values.to(dtype);
   } else {
-    const at::Tensor unit_step = with_step ? followed[2].stand_in : at::ones({}, options.dtype(dtype));
+    const at::Tensor unit_step = with_step ? followed[2].stand_in : at::ones({}, options.dtype(operands));
     values = at::empty({length}, options.dtype(dtype));
     if (!launch_range_kernel(RangeKernel::kArange, values, followed[0].stand_in, unit_step, stream)) {
       step->unfollowed = kNoRangeKernel;
