@@ -1,7 +1,7 @@
 """Hugging Face's `generate()` around a `trident.jit` model: the two things Trident changes in HF's loop.
 
-module.py puts `JittedGeneration` first in the wrapper class's bases when the module is a transformers
-`GenerationMixin`, so `jitted.generate(...)` is HF's own generate with these two differences:
+module.py adds `generation_methods` to the wrapper class when the module is a transformers `GenerationMixin`, so
+`jitted.generate(...)` is the model's own generate with these two differences:
 
 1. **No compile of its own.** On CUDA with a static cache, generate() compiles the model's `__call__` with
    torch.compile (inductor, reduce-overhead) unless told `disable_compile=True`: on a jitted model that would stack
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import sys
 import threading
@@ -86,27 +87,31 @@ def _deferred_on_cuda(is_supported: Any) -> Any:
     return deferred_is_supported
 
 
-class JittedGeneration:
-    """The generate() side of a jitted transformers model (this module's docstring); first in the wrapper's bases."""
+def generation_methods(cls: type) -> dict[str, Any]:
+    """The wrapper class's methods for a transformers model class `cls` (this module's docstring): generate(), with
+    cls.generate's name, docstring and signature, and _valid_auto_compile_criteria()."""
 
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        defer = knobs.hf_defer_stop and install_deferred_stop()
-        with deferring_stop(defer):
-            return super().generate(*args, **kwargs)  # type: ignore[misc]
+    @functools.wraps(cls.generate)
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with deferring_stop(knobs.hf_defer_stop and install_deferred_stop()):
+            return cls.generate(self, *args, **kwargs)
 
-    def _valid_auto_compile_criteria(self, model_kwargs: dict[str, Any], generation_config: Any) -> bool:
+    def _valid_auto_compile_criteria(self: Any, model_kwargs: dict[str, Any], generation_config: Any) -> bool:
         if getattr(generation_config, "compile_config", None) is not None and not generation_config.disable_compile:
             warnings.warn(
                 "trident: generate(compile_config=...) of a trident.jit model does not compile the forward again: "
                 "Trident compiles it (pass the original model to compile it with torch.compile instead)",
-                stacklevel=_user_level(),
+                stacklevel=_user_level(generate.__code__),
             )
         return False
 
+    return {"generate": generate, "_valid_auto_compile_criteria": _valid_auto_compile_criteria}
 
-def _user_level() -> int:
-    """The stacklevel of the line that called a jitted model's generate(), seen from the caller of this."""
+
+def _user_level(generate: Any) -> int:
+    """The stacklevel of the line that called a jitted model's generate() (whose code is `generate`), seen from the
+    caller of this."""
     frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code is not JittedGeneration.generate.__code__:
+    while frame is not None and frame.f_code is not generate:
         frame, level = frame.f_back, level + 1
     return level + 1 if frame is not None else 2

@@ -11,7 +11,7 @@ The wrapper is the same module seen through a class of its own:
 A miss captures `module(*args, **kwargs)` on the original: its hooks and forward run as eager would run them.
 A forward taking **kwargs (every Hugging Face model's) is bound keyword by keyword: each keyword only **kwargs
 receives becomes a parameter of the entry once a call passes it (driver.JitFunction._add_keywords). A transformers
-model's wrapper also takes hf_generate.JittedGeneration's generate() side first in its bases.
+model's wrapper class also takes hf_generate's generate() and the answer that generate must not compile it.
 Module state the forward reads (the `training` flags of the modules it calls, their other attributes, which
 parameter or submodule object each name holds) is guarded natively (capture/module_state.py), so a
 train()/eval() flip, also of one submodule, compiles or reuses the specialization of that mode. Parameters and
@@ -81,7 +81,8 @@ def jit_module(module: nn.Module) -> nn.Module:
         "_trident_module": module,
         "__reduce_ex__": _reduce_ex,
     }
-    wrapper_class = type(cls.__name__, (*_generation_side(cls), cls), namespace)
+    namespace.update(_generation_side(cls))
+    wrapper_class = type(cls.__name__, (cls,), namespace)
     # Until the runtime is built, the first call builds it; then the entry takes the slot.
     wrapper_class.__call__ = _first_call  # type: ignore[assignment]
     jit.when_entry_exists(lambda entry: setattr(wrapper_class, "__call__", entry))
@@ -90,15 +91,15 @@ def jit_module(module: nn.Module) -> nn.Module:
     return wrapper
 
 
-def _generation_side(cls: type) -> tuple[type, ...]:
-    """hf_generate.JittedGeneration for a transformers model that generates (transformers is imported then)."""
+def _generation_side(cls: type) -> dict[str, object]:
+    """hf_generate's methods for a transformers model that generates (transformers is imported then)."""
     utils = sys.modules.get("transformers.generation.utils")
     mixin = getattr(utils, "GenerationMixin", None)
     if mixin is None or not issubclass(cls, mixin):
-        return ()
-    from .hf_generate import JittedGeneration
+        return {}
+    from .hf_generate import generation_methods
 
-    return (JittedGeneration,)
+    return generation_methods(cls)
 
 
 def _first_call(self: nn.Module, *args: object, **kwargs: object) -> object:
