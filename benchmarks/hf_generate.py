@@ -26,9 +26,9 @@ Systems (every one on the same random-init model, bf16 on CUDA, fp32 on CPU):
                syncs on the device every token, so its host time between two forwards is not hidden)
 Each system runs with each `--stop-check`: `sync` is generate's own loop on CUDA, which waits for the device every
 token (`unfinished_sequences.max() == 0`); `deferred` reads that flag one token late with transformers'
-DeferredStopCheck, which transformers enables only on MPS and trident.jit enables for its models on CUDA (knob
-TRIDENT_HF_DEFER_STOP, default on): here every system gets it, so that each is compared in the same loop, those
-that pass a cache of their own too (stop_check). On the CPU transformers never defers (no device events), so both
+DeferredStopCheck, which transformers enables only on MPS and trident.jit on CUDA with TRIDENT_HF_DEFER_STOP=1:
+here every system gets it, so that each is compared in the same loop, those that pass a cache of their own too
+(stop_check). On the CPU transformers never defers (no device events), so both
 give the same loop there.
 trident_jit's cell also gives `graph_device_ms` (static cache, CUDA): the GPU time of its recorded decode step, one
 kept call repeated back to back. For HF models that, not hand_graph, is the device time of eager's kernels: HF's mask

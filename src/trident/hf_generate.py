@@ -7,19 +7,21 @@ module.py adds `generation_methods` to the wrapper class when the module is a tr
    torch.compile (inductor, reduce-overhead) unless told `disable_compile=True`: on a jitted model that would stack
    Dynamo and Inductor on a forward Trident already compiles. The wrapper answers generate's
    `_valid_auto_compile_criteria` with no, so generate calls the jitted forward itself, as the user wrote it.
-2. **The stop check reads the device's flag one token late (knob `hf_defer_stop`, default on).** generate()'s
-   `StopCheck` reads `unfinished_sequences.max() == 0` every token, which waits for the device to finish the step:
-   the host's work between that wait and the next step's launch is never hidden, and inside generate every system
-   (a hand-captured graph too) ran 1.17-1.36x the device time of its step on an H100 (benchmarks/README.md,
-   fourteenth session). transformers ships the remedy, `DeferredStopCheck` (copies the flag asynchronously and
-   reads it on the next token; at an EOS stop one extra forward runs and generate undoes it), and enables it only on
-   MPS ("enable it for cuda if we observe perf gains"). Inside a jitted model's generate on CUDA, Trident asks
-   transformers' own `is_supported` as if the device were MPS, so every other condition stays transformers'
-   (not for an assistant model, nor for a returned cache that cannot be cropped back).
+2. **With the knob `hf_defer_stop` on (TRIDENT_HF_DEFER_STOP=1; off by default until a GPU measurement shows the
+   gain), the stop check reads the device's flag one token late.** generate()'s `StopCheck` reads
+   `unfinished_sequences.max() == 0` every token, which waits for the device to finish the step: the host's work
+   between that wait and the next step's launch is never hidden, and inside generate every system (a hand-captured
+   graph too) ran 1.17-1.36x the device time of its step on an H100 (benchmarks/README.md, fourteenth session).
+   transformers ships the remedy, `DeferredStopCheck` (copies the flag asynchronously and reads it on the next
+   token; at an EOS stop one extra forward runs and generate undoes it), and enables it only on MPS ("enable it for
+   cuda if we observe perf gains"). Inside a jitted model's generate on CUDA, Trident asks transformers' own
+   `is_supported` as if the device were MPS, so every other condition stays transformers' (not for an assistant
+   model, nor for a returned cache that cannot be cropped back).
 
-The patch of `DeferredStopCheck.is_supported` is installed once, at the first jitted generate, and answers as
-transformers does everywhere else: outside a jitted model's generate, off CUDA, and with the knob off. A
-transformers whose `is_supported` takes other parameters is left alone (its own decision stands).
+The patch of `DeferredStopCheck.is_supported` is installed once, at the first jitted generate with the knob on (with
+it off, transformers is left untouched), and answers as transformers does everywhere else: outside a jitted model's
+generate, off CUDA, and with the knob off. A transformers whose `is_supported` takes other parameters is left alone
+(its own decision stands).
 """
 from __future__ import annotations
 
