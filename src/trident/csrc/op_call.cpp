@@ -22,12 +22,6 @@ using c10::IValue;
 
 const at::Tensor* tensor_ptr(int64_t value) { return reinterpret_cast<const at::Tensor*>(value); }
 
-double double_from_bits(int64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, sizeof d);
-  return d;
-}
-
 // One argument; the list length rides in the tag word's upper bits.
 IValue to_ivalue(int64_t tag_word, int64_t value) {
   const int64_t tag = tag_word & TRIDENT_ARG_TAG_MASK;
@@ -41,7 +35,7 @@ IValue to_ivalue(int64_t tag_word, int64_t value) {
     case TRIDENT_TAG_INT:
       return IValue(value);
     case TRIDENT_TAG_DOUBLE:
-      return IValue(double_from_bits(value));
+      return IValue(trident::as_double(value));
     case TRIDENT_TAG_BOOL:
       return IValue(value != 0);
     case TRIDENT_TAG_INT_LIST: {
@@ -280,7 +274,7 @@ TRIDENT_API int32_t trident_scalar_tensor(int64_t tag, int64_t value, AtenTensor
     c10::Scalar scalar;
     switch (tag) {
       case TRIDENT_TAG_INT: scalar = c10::Scalar(value); break;
-      case TRIDENT_TAG_DOUBLE: scalar = c10::Scalar(double_from_bits(value)); break;
+      case TRIDENT_TAG_DOUBLE: scalar = c10::Scalar(trident::as_double(value)); break;
       case TRIDENT_TAG_BOOL: scalar = c10::Scalar(value != 0); break;
       default: return fail(TRIDENT_EXC_RUNTIME, "trident_scalar_tensor: tag must be INT, DOUBLE or BOOL");
     }

@@ -14,9 +14,18 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 #include "trident_runtime.h"
 
 namespace trident {
+
+/* A double argument's value from the int64 word that carries its bits (TRIDENT_TAG_DOUBLE). */
+inline double as_double(int64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
 
 /* tensor_access.cpp: the exact types trident_read_tensor accepts (torch.Tensor, torch.nn.Parameter).
  * Borrowed: module.cpp keeps the strong references. */

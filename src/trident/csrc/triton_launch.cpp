@@ -138,11 +138,7 @@ bool operand_value(const int64_t* args, int64_t index, int64_t* out) {
 }
 
 double operand_as_double(const int64_t* args, int64_t index, int64_t value) {
-  if ((args[2 * index] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE) {
-    double d;
-    std::memcpy(&d, &value, sizeof d);
-    return d;
-  }
+  if ((args[2 * index] & TRIDENT_ARG_TAG_MASK) == TRIDENT_TAG_DOUBLE) return trident::as_double(value);
   return static_cast<double>(value);
 }
 

@@ -30,11 +30,7 @@ inline std::optional<at::Tensor> opt_tensor(int64_t tag, int64_t value) {
   return tensor(value);
 }
 
-inline double as_double(int64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, sizeof d);
-  return d;
-}
+using trident::as_double;
 
 // Scalar: the tag keeps Python's int / float / bool distinction, which decides type promotion.
 inline at::Scalar scalar(int64_t tag, int64_t value) {

@@ -4,7 +4,6 @@
  * value), why two differ (for explain), and the bytes a tensor reaches (what staging copies, what a result covers).
  */
 #include "graphs/recording.h"
-#include "typed_ops_support.h"  // as_double(): a double argument's value from its bits
 
 #include <algorithm>
 #include <cstring>
