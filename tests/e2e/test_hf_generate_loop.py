@@ -119,17 +119,18 @@ def test_the_deferral_keeps_every_condition_of_transformers_but_the_device() -> 
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", ["static", "dynamic"])
 def test_generate_on_cuda_defers_its_stop_check_and_keeps_eager_tokens(implementation: str) -> None:
-    """On CUDA a jitted model's generate stops one token late without waiting on the device, and undoes the extra
-    step: greedy tokens equal eager's, also when an EOS stops the batch early (the extra forward ran, and was
-    undone) and with the knob off (transformers' own stop check)."""
+    """On CUDA, with the knob on, a jitted model's generate stops one token late without waiting on the device, and
+    undoes the extra step: greedy tokens equal eager's for two prompts run to their length, and for one prompt that
+    an EOS stops early (the extra forward ran, and was undone); with the knob off, through transformers' own stop
+    check."""
     model = _llama("cuda", torch.bfloat16)
-    ids = torch.tensor([[3, 17, 42], [9, 4, 11]], device="cuda")
+    two, one = torch.tensor([[3, 17, 42], [9, 4, 11]], device="cuda"), torch.tensor([[5, 8, 13]], device="cuda")
     kwargs: dict[str, Any] = {"do_sample": False, "pad_token_id": 0, "cache_implementation": implementation,
                               "max_new_tokens": 12}
     with torch.no_grad():
-        free_run = model.generate(ids, disable_compile=True, **kwargs)
-    # An EOS that both rows reach before their end: the later of the two rows' 4th new tokens.
-    eos = int(free_run[1, ids.shape[1] + 3])
+        free_run = model.generate(one, disable_compile=True, min_new_tokens=12, **kwargs)
+    eos = int(free_run[0, one.shape[1] + 3])  # the 4th new token: an EOS there stops it early
+    cases = [(two, {"min_new_tokens": 12}), (one, {"eos_token_id": eos})]
     finishes: list[int] = []
     finish = utils.DeferredStopCheck.finish
 
@@ -141,17 +142,18 @@ def test_generate_on_cuda_defers_its_stop_check_and_keeps_eager_tokens(implement
     try:
         utils.DeferredStopCheck.finish = counted_finish
         for defer in (True, False):
-            for eos_token_id in (None, eos):
+            for ids, case in cases:
                 with torch.no_grad(), override(hf_defer_stop=defer), allow_fallback():
-                    expected = model.generate(ids, disable_compile=True, eos_token_id=eos_token_id, **kwargs)
+                    expected = model.generate(ids, disable_compile=True, **case, **kwargs)
                     for _ in range(2):  # the second generate hits every specialization (and on static, replays)
-                        actual = jitted.generate(ids, eos_token_id=eos_token_id, **kwargs)
-                        assert torch.equal(actual, expected), (defer, eos_token_id, actual, expected)
-                if eos_token_id is not None:
-                    assert expected.shape[1] < ids.shape[1] + 12  # the EOS stopped it early
+                        actual = jitted.generate(ids, **case, **kwargs)
+                        assert torch.equal(actual, expected), (defer, case, actual, expected)
+                if "eos_token_id" in case:
+                    assert expected.shape[1] <= ids.shape[1] + 4  # the EOS stopped it early
     finally:
         utils.DeferredStopCheck.finish = finish
-    # Deferred: two generates without an EOS (nothing to undo), two stopped by it (one extra step undone each).
+    # Deferred (the plain model's generate never is): two generates run to their length (nothing to undo), two
+    # stopped by the EOS (one extra step undone each); with the knob off, none.
     assert finishes == [0, 0, 1, 1], finishes
     state = jit_state(jitted)
     assert state.eager_calls == 0, trident.explain(jitted)
