@@ -38,24 +38,19 @@ namespace {
 // (__float2bfloat16 from sm_80 on), so the bfloat16 kernels are a module of their own for sm_80 and later. On the
 // host, c10 rounds both to nearest even in software, which is the same for every value the step can take.
 struct ElementType {
-  const char* name;       // in the kernel's name
-  const char* compute;    // the PTX type of the arithmetic (and of the operands, but for a reduced linspace)
-  const char* log2_size;  // of the element in bytes
-  const char* round;      // PTX that rounds %f<n> (written @N) to the element type and back; empty: no rounding
-  const char* store;      // PTX that stores %f7 at [%rd7]
-  bool sm80;              // in the sm_80 module
+  at::ScalarType dtype;
+  const char* name;          // in the kernel's name
+  const char* compute;       // the PTX type of the arithmetic (and of the operands, but for a reduced linspace)
+  const char* log2_size;     // of the element in bytes
+  const char* round;         // PTX that rounds %f<n> (written @N) to the element type and back; empty: no rounding
+  const char* reduced_load;  // PTX that loads a reduced linspace's operands of the type itself; null: none
+  const char* store;         // PTX that stores %f7 at [%rd7]
+  bool sm80;                 // in the sm_80 module
 };
 
 constexpr const char* kRoundHalf = "  cvt.rn.f16.f32 %h3, %f@N;\n  cvt.f32.f16 %f@N, %h3;\n";
 constexpr const char* kRoundBf16 =
     "  cvt.rn.bf16.f32 %h3, %f@N;\n  cvt.u32.u16 %r6, %h3;\n  shl.b32 %r6, %r6, 16;\n  mov.b32 %f@N, %r6;\n";
-
-constexpr ElementType kTypes[4] = {
-    {"f32", "f32", "2", "", "  st.global.f32 [%rd7], %f7;\n", false},
-    {"f64", "f64", "3", "", "  st.global.f64 [%rd7], %f7;\n", false},
-    {"f16", "f32", "1", kRoundHalf, "  cvt.rn.f16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n", false},
-    {"bf16", "f32", "1", kRoundBf16, "  cvt.rn.bf16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n", true},
-};
 
 // A kernel is kEntry, its operands' loads, its body, then kStore. Parameters: the result, the first and second
 // operand (an arange's start and step, a linspace's start and end; 0-dim tensors) and the element count, which for
@@ -100,6 +95,15 @@ constexpr const char* kLoadBf16 = R"(  ld.global.b16 %h1, [%rd2];
   shl.b32 %r5, %r5, 16;
   mov.b32 %f2, %r5;
 )";
+
+constexpr ElementType kTypes[] = {
+    {at::kFloat, "f32", "f32", "2", "", nullptr, "  st.global.f32 [%rd7], %f7;\n", false},
+    {at::kDouble, "f64", "f64", "3", "", nullptr, "  st.global.f64 [%rd7], %f7;\n", false},
+    {at::kHalf, "f16", "f32", "1", kRoundHalf, kLoadHalf, "  cvt.rn.f16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n",
+     false},
+    {at::kBFloat16, "bf16", "f32", "1", kRoundBf16, kLoadBf16,
+     "  cvt.rn.bf16.f32 %h3, %f7;\n  st.global.b16 [%rd7], %h3;\n", true},
+};
 
 // start + step * i, rounded once (to the element type at the store).
 constexpr const char* kArangeBody = R"(
@@ -169,7 +173,7 @@ struct KernelKind {
   const char* name;
   bool linspace;
 };
-constexpr KernelKind kKinds[2] = {{"arange", false}, {"linspace", true}};  // RangeKernel's order
+constexpr KernelKind kKinds[] = {{"arange", false}, {"linspace", true}};  // RangeKernel's order
 
 bool reduced(const ElementType& type) { return type.round[0] != '\0'; }
 
@@ -209,7 +213,7 @@ std::string instantiate(const char* text, const KernelKind& kind, const ElementT
 
 std::string kernel_source(const KernelKind& kind, const ElementType& type) {
   const bool reduced_linspace = kind.linspace && reduced(type);
-  const char* load = !reduced_linspace ? kLoadComputeType : type.sm80 ? kLoadBf16 : kLoadHalf;
+  const char* load = reduced_linspace ? type.reduced_load : kLoadComputeType;
   const char* body = !kind.linspace ? kArangeBody : reduced_linspace ? kReducedLinspaceBody : kLinspaceBody;
   std::string text;
   for (const char* part : {kEntry, load, body, kStore}) text += instantiate(part, kind, type);
@@ -217,30 +221,33 @@ std::string kernel_source(const KernelKind& kind, const ElementType& type) {
 }
 
 // The kernels' modules: [0] for sm_70 and later (float32, float64, half), [1] for sm_80 and later (bfloat16).
+size_t module_of(const ElementType& type) { return type.sm80 ? 1 : 0; }
+
 std::vector<std::string> module_sources() {
   std::vector<std::string> modules = {".version 7.0\n.target sm_70\n.address_size 64\n",
                                       ".version 7.0\n.target sm_80\n.address_size 64\n"};
   for (const KernelKind& kind : kKinds) {
-    for (const ElementType& type : kTypes) modules[type.sm80 ? 1 : 0] += kernel_source(kind, type);
+    for (const ElementType& type : kTypes) modules[module_of(type)] += kernel_source(kind, type);
   }
   return modules;
 }
 
+constexpr size_t kTypeCount = sizeof kTypes / sizeof kTypes[0];
+constexpr size_t kKindCount = sizeof kKinds / sizeof kKinds[0];
+
+// dtype's index in kTypes, or -1.
 int type_index(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return 0;
-    case at::kDouble: return 1;
-    case at::kHalf: return 2;
-    case at::kBFloat16: return 3;
-    default: return -1;
+  for (size_t t = 0; t < kTypeCount; ++t) {
+    if (kTypes[t].dtype == dtype) return static_cast<int>(t);
   }
+  return -1;
 }
 
 constexpr int kMaxDevices = 64;
 
 struct DeviceKernels {
   bool loaded = false;  // tried: the functions below are null when the driver refused a module
-  void* functions[2][4] = {};  // [kind][element type, kTypes' order]
+  void* functions[kKindCount][kTypeCount] = {};  // [kind][element type], kKinds' and kTypes' order
 };
 
 std::mutex loading;
@@ -274,9 +281,9 @@ void load_range_kernels(int32_t device) {
   for (size_t m = 0; m < sources.size(); ++m) {
     void* module = nullptr;
     if (driver.module_load_data(&module, sources[m].c_str()) != 0) continue;  // bfloat16's before sm_80
-    for (int k = 0; k < 2; ++k) {
-      for (int t = 0; t < 4; ++t) {
-        if (kTypes[t].sm80 != (m == 1)) continue;
+    for (size_t k = 0; k < kKindCount; ++k) {
+      for (size_t t = 0; t < kTypeCount; ++t) {
+        if (module_of(kTypes[t]) != m) continue;
         const std::string name = std::string("trident_") + kKinds[k].name + "_" + kTypes[t].name;  // as kEntry names it
         void* function = nullptr;
         if (driver.module_get_function(&function, module, name.c_str()) == 0) d.functions[k][t] = function;
