@@ -28,8 +28,7 @@ Each system runs with each `--stop-check`: `sync` is generate's own loop on CUDA
 token (`unfinished_sequences.max() == 0`); `deferred` reads that flag one token late with transformers'
 DeferredStopCheck, which transformers enables only on MPS and trident.jit on CUDA with TRIDENT_HF_DEFER_STOP=1:
 here every system gets it, so that each is compared in the same loop, those that pass a cache of their own too
-(stop_check). On the CPU transformers never defers (no device events), so both
-give the same loop there.
+(stop_check). On the CPU transformers never defers (no device events), so both give the same loop there.
 trident_jit's cell also gives `graph_device_ms` (static cache, CUDA): the GPU time of its recorded decode step, one
 kept call repeated back to back. For HF models that, not hand_graph, is the device time of eager's kernels: HF's mask
 code takes other branches while a stream captures (transformers' is_tracing() is true then).
@@ -338,9 +337,43 @@ def stop_check(mode: str) -> Iterator[None]:
         utils.DeferredStopCheck.is_supported = staticmethod(is_supported)
 
 
-def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+def system_cell(args: argparse.Namespace, device: torch.device, ids: torch.Tensor, cell: dict[str, Any],
+                reference: torch.Tensor | None) -> torch.Tensor | None:
+    """Measures cell's system (cache, batch, stop check) into `cell`, with the tokens eager gave as `reference`
+    (None while eager has not run); returns its last generate's tokens."""
     import trident
 
+    system, cache = cell["system"], cell["cache"]
+    model = build_model(args.model, device, args.liger)
+    ready, run = generate_fn(system, cache, model)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, stop_check(cell["stop_check"]):
+        warnings.simplefilter("always")
+        t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
+        run(ids, 1)  # a second generate may call with another structure (a prefill after reset())
+        rounds = []
+        for _ in range(args.rounds):
+            t_n, tokens = timed(lambda: run(ids, args.tokens), device)
+            t_1, _ = timed(lambda: run(ids, 1), device)
+            rounds.append((t_n - t_1) / (args.tokens - 1) * 1e3)
+        reference = tokens if system == "eager" else reference
+        cell.update(status="ok", ms_per_token=statistics.median(rounds), rounds=rounds, first_generate_s=t_warm,
+                    tokens_equal_eager=None if reference is None else bool(torch.equal(tokens, reference)),
+                    trident_warnings=sorted({str(w.message)[:300] for w in caught
+                                             if str(w.message).startswith("trident:")}))
+        if system == "graphed_loop":
+            cell["graphs_captured"] = len(ready.forward.graphs)
+        if system.startswith("trident_jit"):  # where host time goes: specializations, graphs, plans
+            cell["explain"] = [line for line in trident.explain(ready).splitlines()
+                               if line.lstrip().startswith(_EXPLAIN_LINES)]
+            if device.type == "cuda":
+                generate = lambda: run(ids, args.tokens)  # noqa: E731
+                cell["replay_phases_us"] = replay_phases(ready, generate, device)
+                if cache == "static":
+                    cell["graph_device_ms"] = graph_device_ms(ready, generate, args.rounds)
+    return tokens
+
+
+def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
     cells = []
     for cache in args.cache.split(","):
         for batch in (int(b) for b in args.batch.split(",")):
@@ -356,41 +389,13 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict[str, An
                     cell: dict[str, Any] = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache,
                                              "batch": batch, "stop_check": stop, "system": system}
                     try:
-                        model = build_model(args.model, device, args.liger)
-                        ready, run = generate_fn(system, cache, model)
-                        with torch.no_grad(), warnings.catch_warnings(record=True) as caught, stop_check(stop):
-                            warnings.simplefilter("always")
-                            t_warm, tokens = timed(lambda: run(ids, args.tokens), device)
-                            run(ids, 1)  # a second generate may call with another structure (a prefill after reset())
-                            rounds = []
-                            for _ in range(args.rounds):
-                                t_n, tokens = timed(lambda: run(ids, args.tokens), device)
-                                t_1, _ = timed(lambda: run(ids, 1), device)
-                                rounds.append((t_n - t_1) / (args.tokens - 1) * 1e3)
-                            if system == "eager":
-                                reference = tokens
-                            cell.update(status="ok", ms_per_token=statistics.median(rounds), rounds=rounds,
-                                        first_generate_s=t_warm,
-                                        tokens_equal_eager=None if reference is None
-                                        else bool(torch.equal(tokens, reference)),
-                                        trident_warnings=sorted({str(w.message)[:300] for w in caught
-                                                                 if str(w.message).startswith("trident:")}))
-                            if system == "graphed_loop":
-                                cell["graphs_captured"] = len(ready.forward.graphs)
-                            if system.startswith("trident_jit"):  # where host time goes: specializations, graphs
-                                cell["explain"] = [line for line in trident.explain(ready).splitlines()
-                                                   if line.lstrip().startswith(_EXPLAIN_LINES)]
-                                if device.type == "cuda":
-                                    generate = lambda: run(ids, args.tokens)  # noqa: E731
-                                    cell["replay_phases_us"] = replay_phases(ready, generate, device)
-                                    if cache == "static":
-                                        cell["graph_device_ms"] = graph_device_ms(ready, generate, args.rounds)
+                        tokens = system_cell(args, device, ids, cell, reference)
+                        reference = tokens if system == "eager" else reference
                     except Exception as e:  # noqa: BLE001 -- a system that fails is a result too
                         cell.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
                     cells.append(cell)
                     print(json.dumps({k: v for k, v in cell.items() if k != "explain"}), flush=True)
-                    model = ready = run = None
-                    if device.type == "cuda":
+                    if device.type == "cuda":  # the system's model and graphs are gone with system_cell's frame
                         torch.cuda.empty_cache()
             if device.type == "cuda" and cache == "static" and "hand_graph" in args.systems.split(","):
                 cell = {"model": args.model + ("+liger" if args.liger else ""), "cache": cache, "batch": batch,
